@@ -1,0 +1,1 @@
+"""Data preparation commons: the SFT schema and mix, decontamination, dedup, filters and manifests."""

@@ -1,0 +1,197 @@
+"""The ``rufus`` command line: run a recipe, plan it for a cluster, run one stage, inspect a run.
+
+    rufus run recipes/tiny.yaml                 # the whole recipe on the embedded (CPU) profile
+    rufus run recipes/tiny.yaml --only 01_reasoning_rl --set rl.rollout.num_rollouts=4
+    rufus plan recipes/rufus-air.yaml --check   # the production runbook, validated against slime's flags
+    rufus stage stages/01_reasoning_rl train --init-from runs/tiny/00_sft/export
+    rufus status runs/tiny
+    rufus report runs/tiny
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infra.layering import ConfigError
+
+app = typer.Typer(
+    help="Rufus-Air: a staged LLM post-training recipe, stage by stage, at production or embedded scale.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+reward_app = typer.Typer(help="Score model outputs with the recipe's rewards.", no_args_is_help=True)
+app.add_typer(reward_app, name="reward")
+console = Console()
+
+
+class PlanFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class StageStep(str, Enum):
+    prep = "prep"
+    train = "train"
+    eval = "eval"
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def run(
+    recipe: Path = typer.Argument(..., help="Recipe YAML, e.g. recipes/tiny.yaml."),
+    start: str | None = typer.Option(None, "--from", help="First stage to run (earlier ones must be done)."),
+    until: str | None = typer.Option(None, "--until", help="Last stage to run."),
+    only: str | None = typer.Option(None, "--only", help="Run just this stage."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Resolve and write configs; train nothing."),
+    sets: list[str] = typer.Option([], "--set", help="Override: key.path=value or STAGE.key.path=value."),
+    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default runs/<recipe name>)."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+) -> None:
+    """Run a recipe stage by stage, handing each verified checkpoint to the next (resumable)."""
+    from infra.driver import Driver, Selection
+    from infra.recipe import load_recipe
+
+    try:
+        loaded = load_recipe(recipe, sets=sets)
+        rd = run_dir or Path("runs") / (loaded.recipe.name if seed is None else f"{loaded.recipe.name}-s{seed}")
+        driver = Driver(loaded, rd, console=console, seed=seed)
+        manifest = driver.run(Selection(start=start, until=until, only=only), dry_run=dry_run)
+    except ConfigError as exc:
+        _fail(exc)
+        return
+    if not dry_run:
+        _print_status(rd)
+        try:
+            from eval.report import print_stagewise
+        except ImportError:
+            return
+        print_stagewise(rd, console)
+    else:
+        console.print(f"dry run of {len(manifest.stages)} stage(s) written under {rd}")
+
+
+@app.command()
+def plan(
+    recipe: Path = typer.Argument(..., help="Recipe YAML with the production profile."),
+    fmt: PlanFormat = typer.Option(PlanFormat.text, "--format", help="text or json."),
+    check: bool = typer.Option(False, "--check", help="Validate every command against slime's flags."),
+    execute: bool = typer.Option(False, "--execute", help="Run the runbook on the cluster (for real)."),
+    sets: list[str] = typer.Option([], "--set", help="Override: key.path=value or STAGE.key.path=value."),
+) -> None:
+    """Print the production runbook: per stage its commands, nodes and resources."""
+    from infra.production.plan import check_plan, execute_plan, format_plan, render_plan
+    from infra.recipe import load_recipe
+
+    try:
+        loaded = load_recipe(recipe, sets=sets, profile="production")
+    except ConfigError as exc:
+        _fail(exc)
+        return
+    plans = render_plan(loaded)
+    typer.echo(format_plan(plans, fmt.value))
+    if check:
+        problems = check_plan(plans)
+        for p in problems:
+            console.print(f"[red]✗[/] {p}", highlight=False)
+        if problems:
+            raise typer.Exit(code=1)
+        console.print(f"[green]✓[/] {len(plans)} stage(s): every flag exists in the pinned slime and fits its kind")
+    if execute:
+        execute_plan(plans)
+
+
+def _print_status(run_dir: Path) -> None:
+    from infra.manifest import RunManifest
+
+    m = RunManifest.load(run_dir)
+    if m is None:
+        _fail(ConfigError(f"{run_dir}: no manifest.json (not a run directory)"))
+        return
+    table = Table(title=f"{m.recipe} ({m.profile}, seed {m.seed}) — {run_dir}")
+    for col in ("stage", "status", "started", "ended", "input", "output", "metrics"):
+        table.add_column(col)
+    colours = {"done": "green", "running": "yellow", "failed": "red", "pending": "dim"}
+    for e in m.stages:
+        metrics = ", ".join(
+            f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(e.metrics.items())
+        )
+        table.add_row(
+            e.id,
+            f"[{colours[e.status]}]{e.status}[/]",
+            e.started_at or "",
+            e.ended_at or "",
+            e.input_checkpoint or "",
+            e.output_checkpoint or "",
+            metrics or (e.error or ""),
+        )
+    console.print(table)
+
+
+@app.command()
+def status(run_dir: Path = typer.Argument(..., help="A run directory, e.g. runs/tiny.")) -> None:
+    """Show each stage of a run: status, times, checkpoints and headline metrics."""
+    _print_status(run_dir)
+
+
+@app.command()
+def stage(
+    stage_dir: Path = typer.Argument(..., help="A stage folder, e.g. stages/01_reasoning_rl."),
+    step: StageStep = typer.Argument(..., help="prep, train or eval."),
+    init_from: Path = typer.Option(..., "--init-from", help="Any HF-format checkpoint folder."),
+    profile: str = typer.Option("embedded", "--profile", help="embedded or production."),
+    run_dir: Path = typer.Option(Path("runs/stage"), "--run-dir", help="Where the stage writes."),
+    sets: list[str] = typer.Option([], "--set", help="Override: key.path=value."),
+    seed: int = typer.Option(0, "--seed", help="Seed."),
+) -> None:
+    """Run one stage alone (prep, train or eval) from any HF checkpoint."""
+    from infra.driver import run_single_stage
+    from infra.layering import parse_set
+    from infra.recipe import find_stage_folder, resolve_stage
+
+    steps = {"prep": ("prep",), "train": ("prep", "train"), "eval": ("prep", "eval")}[step.value]
+    try:
+        folder = find_stage_folder(str(stage_dir))
+        parsed = dict(parse_set(s) for s in sets)
+        resolved = resolve_stage(folder, profile, sets=parsed)
+        out = run_single_stage(resolved, init_from, run_dir / resolved.id, steps, seed=seed, console=console)
+    except ConfigError as exc:
+        _fail(exc)
+        return
+    console.print_json(json.dumps(out, default=str))
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="A run directory."),
+    compare: Path | None = typer.Option(None, "--compare", help="A second run to put side by side."),
+) -> None:
+    """Write RUN_DIR/report/: the stagewise table (markdown, HTML) and training-dynamics plots."""
+    from eval.report import write_report
+
+    out = write_report(run_dir, compare=compare)
+    console.print(f"report written to {out}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except ConfigError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Typed stage configuration: the one place where every stage setting and its default is defined.
+
+A stage's ``launch.yaml`` is validated against :class:`StageConfig`; unknown keys are rejected and every
+error names the file, the dotted key and what was expected. Layers are merged in a fixed order
+(``infra.layering``): model defaults → stage ``launch.yaml`` → recipe overrides → ``--set key=value``.
+The ``embedded`` section only resizes a stage (batch sizes, budgets, step counts, learning rate, data
+counts); algorithms, rewards, filters and shaping are the production ones, which the type enforces.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from infra.production.config import ProductionConfig
+
+
+class StrictModel(BaseModel):
+    """Base for every config model: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PaperResult(StrictModel):
+    """A headline number the paper reports for the stage (before → after)."""
+
+    metric: str = Field(description="Benchmark/metric name as the paper prints it.")
+    before: float = Field(description="Score of the stage's input checkpoint.")
+    after: float = Field(description="Score of the stage's output checkpoint.")
+    guardrail: bool = Field(default=False, description="True when the paper tracks it as a guardrail.")
+
+
+class PaperRef(StrictModel):
+    """Where the stage comes from."""
+
+    source: Literal["rufus-air", "ultramarine", "fireflash"] = Field(description="Which paper.")
+    section: str = Field(description="Section of that paper, e.g. '3.2'.")
+    results: list[PaperResult] = Field(default_factory=list, description="Reported before/after numbers.")
+
+
+class OptimizerConfig(StrictModel):
+    """AdamW with warmup and a constant or cosine schedule (Table 16)."""
+
+    lr: float = Field(description="Peak learning rate.")
+    min_lr: float = Field(default=0.0, description="Floor of the cosine schedule.")
+    schedule: Literal["constant", "cosine"] = Field(default="constant", description="Decay after warmup.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warmup steps.")
+    weight_decay: float = Field(default=0.1, ge=0, description="Decoupled weight decay.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.98), description="Adam (β1, β2).")
+    eps: float = Field(default=1e-8, gt=0, description="Adam ε.")
+    clip_grad: float = Field(default=1.0, gt=0, description="Global gradient-norm clip.")
+
+
+class SFTConfig(StrictModel):
+    """Supervised fine-tuning settings."""
+
+    global_batch: int = Field(description="Sequences per optimizer step.")
+    micro_batch: int = Field(default=1, ge=1, description="Sequences per forward pass (gradient accumulation).")
+    epochs: int = Field(description="Passes over the mix.")
+    max_seq_len: int = Field(description="Packed context length in tokens.")
+    length_cap: int = Field(description="Samples longer than this (after the chat template) are dropped.")
+    packing: bool = Field(default=True, description="Pack several samples per sequence.")
+    eval_interval: int = Field(description="Held-out evaluation every N optimizer steps.")
+    select_by: Literal["heldout_plateau", "last"] = Field(
+        default="heldout_plateau", description="Checkpoint carried forward: best held-out score, or the last."
+    )
+    plateau_patience: int = Field(
+        default=3, ge=1, description="Evaluations without improvement after which the score is on a plateau."
+    )
+
+
+class RolloutConfig(StrictModel):
+    """Sizes of one RL rollout step (slime: rollout batch, n samples, steps per rollout)."""
+
+    prompts_per_step: int = Field(description="Prompts per rollout (slime --rollout-batch-size).")
+    samples_per_prompt: int = Field(description="Samples per prompt (group size).")
+    steps_per_rollout: int = Field(default=1, ge=1, description="Optimizer steps per rollout.")
+    max_response_tokens: int = Field(description="Response budget per sample.")
+    max_context_tokens: int | None = Field(default=None, description="Trajectory budget (agents).")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling.")
+    num_rollouts: int = Field(description="Rollout steps to train for.")
+    over_sampling_factor: float = Field(
+        default=1.0, ge=1, description="Prompts drawn per needed prompt when a dynamic-sampling filter is on."
+    )
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> RolloutConfig:
+        total = self.prompts_per_step * self.samples_per_prompt
+        if total % self.steps_per_rollout:
+            raise ValueError(
+                f"prompts_per_step × samples_per_prompt = {total} must be divisible by steps_per_rollout "
+                f"= {self.steps_per_rollout} (slime: rollout_batch × n_samples = global_batch × steps)"
+            )
+        return self
+
+
+class PolicyConfig(StrictModel):
+    """The RL objective (``infra.objectives`` implements each choice for both backends)."""
+
+    estimator: Literal["grpo", "gspo", "cispo"] = Field(description="Policy-loss form.")
+    advantage: Literal["grpo", "mean_only", "fireflash"] = Field(
+        default="grpo", description="grpo: (r-mean)/std; mean_only: r-mean (Dr. GRPO); fireflash: FF §3."
+    )
+    eps_clip: float = Field(default=0.2, gt=0, description="Lower clip ε.")
+    eps_clip_high: float | None = Field(default=None, description="Upper clip ε (defaults to eps_clip).")
+    use_tis: bool = Field(default=False, description="Truncated importance sampling trainer/rollout.")
+    tis_clip_low: float = Field(default=0.0, ge=0, description="Lower TIS bound.")
+    tis_clip_high: float = Field(default=2.0, gt=0, description="Upper TIS bound.")
+    kl_coef: float = Field(default=0.0, ge=0, description="KL to the stage's initial policy (k3 form).")
+    entropy_coef: float = Field(default=0.0, ge=0, description="Entropy bonus coefficient.")
+    mask_truncated: bool = Field(default=False, description="Zero the loss of truncated samples.")
+    loss_reduction: Literal["token", "sequence", "attempt"] = Field(
+        default="token", description="token: mean over all tokens; sequence: per-sample mean; attempt: FF."
+    )
+    min_attempt_tokens: int | None = Field(
+        default=None, description="FireFlash per-attempt denominator floor, max(tokens, this)."
+    )
+
+
+class DynamicSamplingConfig(StrictModel):
+    """Online group filter applied while rolling out (DAPO-style)."""
+
+    filter: Literal["none", "nonzero_std", "band"] = Field(default="none", description="Which filter.")
+    band: tuple[float, float] | None = Field(default=None, description="Keep groups with mean in (lo, hi].")
+
+    @model_validator(mode="after")
+    def _band_given(self) -> DynamicSamplingConfig:
+        if self.filter == "band" and self.band is None:
+            raise ValueError("filter 'band' needs band: [lo, hi]")
+        return self
+
+
+class ShapingConfig(StrictModel):
+    """Group-aware reward shaping applied after rewards and before advantages."""
+
+    kind: Literal["none", "shortest_correct_length", "positive_length", "ultramarine"] = Field(
+        default="none", description="Which shaping rule (see infra.objectives)."
+    )
+    coef: float = Field(default=0.0, ge=0, description="Penalty at the cap (length penalties).")
+    params: dict[str, float] = Field(default_factory=dict, description="Rule-specific constants.")
+
+
+class RLConfig(StrictModel):
+    """Reinforcement-learning settings."""
+
+    rollout: RolloutConfig
+    policy: PolicyConfig
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    shaping: ShapingConfig = Field(default_factory=ShapingConfig)
+    phases: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Later phases of one stage, each a partial override of `rollout`/`policy` (Coding RL 64K→128K).",
+    )
+
+
+class EvalConfig(StrictModel):
+    """What the driver evaluates on the stage's input and output checkpoints."""
+
+    targets: list[str] = Field(description="Metrics the stage must raise.")
+    guardrails: list[str] = Field(default_factory=list, description="Metrics it must not break.")
+    samples_per_prompt: int = Field(default=1, ge=1, description="Samples per held-out prompt (avg@k).")
+    max_response_tokens: int | None = Field(default=None, description="Defaults to the training budget.")
+    temperature: float = Field(default=0.0, ge=0, description="0 = greedy.")
+
+
+class EmbeddedOverrides(StrictModel):
+    """Size-only overrides for the embedded (CPU) profile; merged onto the stage before validation."""
+
+    optimizer: dict[str, Any] = Field(default_factory=dict, description="Partial OptimizerConfig.")
+    sft: dict[str, Any] = Field(default_factory=dict, description="Partial SFTConfig.")
+    rollout: dict[str, Any] = Field(default_factory=dict, description="Partial RolloutConfig.")
+    data: dict[str, Any] = Field(default_factory=dict, description="Partial data parameters (counts).")
+    eval: dict[str, Any] = Field(default_factory=dict, description="Partial EvalConfig.")
+
+
+class StageConfig(StrictModel):
+    """One stage of the recipe, as written in ``stages/NN_name/launch.yaml``."""
+
+    name: str = Field(description="Stage id, equal to the folder name, e.g. '01_reasoning_rl'.")
+    title: str = Field(description="Human title.")
+    kind: Literal["sft", "rl"] = Field(description="Training kind.")
+    teaches: str = Field(default="", description="One line: what the stage teaches.")
+    paper: PaperRef
+    reward: str = Field(description="Name of the reward in the registry (rewards.contract).")
+    data: dict[str, Any] = Field(
+        default_factory=dict, description="Data-prep parameters, validated by the stage's data_prep.Params."
+    )
+    optimizer: OptimizerConfig
+    sft: SFTConfig | None = None
+    rl: RLConfig | None = None
+    eval: EvalConfig
+    production: ProductionConfig
+    embedded: EmbeddedOverrides = Field(default_factory=EmbeddedOverrides)
+
+    @model_validator(mode="after")
+    def _kind_matches(self) -> StageConfig:
+        if self.kind == "sft" and self.sft is None:
+            raise ValueError("kind 'sft' needs an `sft` section")
+        if self.kind == "rl" and self.rl is None:
+            raise ValueError("kind 'rl' needs an `rl` section")
+        return self
+
+
+Profile = Literal["production", "embedded"]

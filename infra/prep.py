@@ -1,0 +1,90 @@
+"""Running a stage's data prep, cached by a hash of its inputs.
+
+A stage folder's ``data_prep.py`` exposes ``prepare(ctx: PrepContext) -> dict`` (plus an optional pydantic
+``Params`` model for its ``data`` section). It writes into ``ctx.out_dir``: ``train.jsonl`` (or
+``sft.jsonl``), ``heldout/<metric>.jsonl`` for each eval metric, and ``manifest.json``. The driver runs it
+in a temporary folder and renames it into place, so an interrupted prep is simply redone, and skips it
+when the cache key (data-prep code, parameters, seed, profile, tokenizer) is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from infra.hashing import sha256_file, sha256_json
+from infra.recipe import ResolvedStage
+
+PREP_RECORD = ".prep.json"
+
+
+@dataclass
+class PrepContext:
+    """What a stage's ``prepare`` receives."""
+
+    stage: ResolvedStage
+    out_dir: Path
+    seed: int
+    profile: str
+    tokenizer_dir: Path | None = None
+    console: Console = field(default_factory=Console)
+
+    @property
+    def params(self) -> Any:
+        """The stage's validated data parameters (its ``Params`` model, or the raw dict)."""
+        return self.stage.data_params
+
+    @property
+    def heldout_dir(self) -> Path:
+        return self.out_dir / "heldout"
+
+
+def prep_key(stage: ResolvedStage, seed: int, tokenizer_hash: str | None) -> str:
+    """Cache key of a stage's data: its code, data/eval parameters, seed, profile and tokenizer."""
+    return sha256_json(
+        {
+            "data_prep": sha256_file(stage.folder / "data_prep.py"),
+            "data": stage.resolved.get("data"),
+            "eval": stage.resolved.get("eval"),
+            "seed": seed,
+            "profile": stage.profile,
+            "tokenizer": tokenizer_hash,
+        }
+    )
+
+
+def run_data_prep(
+    stage: ResolvedStage,
+    data_dir: Path,
+    *,
+    seed: int,
+    tokenizer_dir: Path | None,
+    tokenizer_hash: str | None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Prepare ``data_dir`` unless its record matches; returns the prep summary."""
+    key = prep_key(stage, seed, tokenizer_hash)
+    record_path = data_dir / PREP_RECORD
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        if record.get("key") == key:
+            return record.get("summary", {})
+    tmp = data_dir.with_name(data_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    ctx = PrepContext(
+        stage=stage, out_dir=tmp, seed=seed, profile=stage.profile, tokenizer_dir=tokenizer_dir,
+        console=console or Console(),
+    )
+    summary = stage.module("data_prep").prepare(ctx) or {}
+    (tmp / PREP_RECORD).write_text(json.dumps({"key": key, "summary": summary}, indent=2, default=str))
+    if data_dir.exists():
+        shutil.rmtree(data_dir)
+    tmp.rename(data_dir)
+    return summary

@@ -1,0 +1,61 @@
+"""Typed production (8×H200, slime) settings of one stage: nodes, placement, parallelism, SGLang engines.
+
+The numbers come from the paper's Table 16 and §3; ``infra.production.render`` turns them into the exact
+``train.py`` command line for the pinned slime.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Parallelism(_Strict):
+    """Megatron model parallelism for the trainer."""
+
+    tp: int = Field(default=1, description="Tensor parallel size.")
+    pp: int = Field(default=1, description="Pipeline parallel size.")
+    cp: int = Field(default=1, description="Context parallel size.")
+    ep: int = Field(default=1, description="Expert parallel size.")
+    etp: int = Field(default=1, description="Expert tensor parallel size.")
+    sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism (needs tp > 1).")
+    recompute: Literal["none", "full", "selective"] = Field(default="full", description="Activation recompute.")
+    max_tokens_per_gpu: int = Field(default=16384, description="Dynamic batch size token budget per GPU.")
+
+
+class SGLangEngines(_Strict):
+    """Rollout engines."""
+
+    gpus_per_engine: int = Field(default=8, description="GPUs per SGLang engine (its TP size).")
+    dp_attention: bool = Field(default=False, description="Enable SGLang DP attention.")
+    dp_size: int = Field(default=1, description="SGLang DP size (needs dp_attention when > 1).")
+    ep_size: int = Field(default=1, description="SGLang expert parallel size.")
+    mem_fraction_static: float = Field(default=0.7, description="SGLang static memory fraction.")
+    fp8: bool = Field(default=False, description="Serve an FP8 block-quantised copy of the policy for rollouts.")
+    fp8_bf16_first_layers: int = Field(default=0, description="Leading layers kept in BF16 in the FP8 copy.")
+
+
+class ProductionConfig(_Strict):
+    """How a stage runs on a cluster of 8×H200 nodes with slime."""
+
+    nodes: int = Field(description="Number of 8×H200 nodes for the stage (Table 16).")
+    gpus_per_node: int = Field(default=8, description="GPUs per node.")
+    extra_nodes: dict[str, int] = Field(
+        default_factory=dict, description="Auxiliary nodes by role, e.g. {'reward_model': 1} for RLHF."
+    )
+    colocate: bool = Field(default=True, description="Trainer and rollout engines share the GPUs.")
+    async_training: bool = Field(default=False, description="Use train_async.py (one-step off-policy).")
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    sglang: SGLangEngines = Field(default_factory=SGLangEngines)
+    rollout_routing_replay: bool = Field(default=False, description="R3: replay routed experts from rollout.")
+    offload: bool = Field(default=False, description="Offload engines/trainer between phases.")
+    save_interval: int = Field(default=10, description="Checkpoint every N rollouts (or SFT steps).")
+    node_hours: float | None = Field(default=None, description="Node-hours the paper reports, if stated.")
+    extra_args: dict[str, Any] = Field(
+        default_factory=dict, description="Further slime flags (validated against the pinned flag table)."
+    )

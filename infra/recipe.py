@@ -1,0 +1,257 @@
+"""Recipes and stage resolution: which stages run, in what order, from which base, with which overrides.
+
+A recipe (``recipes/*.yaml``) is a base checkpoint, a scale profile, an ordered list of stage folders and
+overrides. Reordering, omitting or swapping a stage for another folder is a one-line change. Resolution
+merges, in this order: model defaults → the stage's ``launch.yaml`` → recipe-wide overrides → the recipe
+entry's overrides → ``--set`` on the command line; on the embedded profile the stage's ``embedded`` sizes
+are then applied. The result is validated by :class:`infra.config.StageConfig`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from infra.config import Profile, StageConfig, StrictModel
+from infra.hashing import sha256_file, sha256_json
+from infra.layering import ConfigError, Layered, format_validation_error, load_yaml, nest, parse_set
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STAGE_FILES = ("data_prep.py", "reward.py", "launch.yaml", "README.md")
+# Where each `embedded` sub-section lands in the stage config.
+_EMBEDDED_TARGETS = {"optimizer": "optimizer", "sft": "sft", "rollout": "rl.rollout", "data": "data", "eval": "eval"}
+
+
+class BaseModelSpec(StrictModel):
+    """The checkpoint the first stage starts from."""
+
+    model: str = Field(description="'micro', 'smollm2-135m', a local HF folder or a hub id.")
+    revision: str | None = Field(default=None, description="Hub revision (commit) to pin.")
+
+
+class RecipeStage(StrictModel):
+    """One entry of a recipe's stage list."""
+
+    stage: str = Field(description="Stage folder, relative to the repository root (e.g. stages/00_sft).")
+    id: str | None = Field(default=None, description="Name in the run directory; defaults to the folder name.")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="Partial stage config for this entry.")
+
+
+class Recipe(StrictModel):
+    """A recipe file."""
+
+    name: str = Field(description="Run name; the run directory defaults to runs/<name>.")
+    description: str = Field(default="", description="What the recipe reproduces.")
+    base: BaseModelSpec
+    profile: Profile = Field(description="'production' (8×H200, slime) or 'embedded' (CPU, local backend).")
+    seed: int = Field(default=0, description="Seed for data prep, sampling and initialisation.")
+    stages: list[RecipeStage] = Field(min_length=1, description="Stages in pipeline order.")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="Partial config applied to every stage.")
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _strings_are_folders(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"stage": s} if isinstance(s, str) else s for s in v]
+        return v
+
+
+@dataclass
+class ResolvedStage:
+    """A stage ready to run: its validated config, folder, modules and hashes."""
+
+    id: str
+    folder: Path
+    config: StageConfig
+    profile: str
+    resolved: dict[str, Any]
+    data_params: BaseModel | dict[str, Any]
+    config_hash: str
+    code_hash: str
+    _modules: dict[str, ModuleType] = field(default_factory=dict, repr=False)
+
+    def module(self, name: str) -> ModuleType:
+        """Import ``data_prep`` or ``reward`` from the stage folder (folder names start with digits)."""
+        if name not in self._modules:
+            self._modules[name] = _import_stage_file(self.folder / f"{name}.py", f"{self.id}_{name}")
+        return self._modules[name]
+
+
+@dataclass
+class LoadedRecipe:
+    """A validated recipe and its stages, resolved for its profile."""
+
+    path: Path
+    recipe: Recipe
+    stages: list[ResolvedStage]
+
+    def stage(self, stage_id: str) -> ResolvedStage:
+        """The stage with this id; a clear error lists the ids that exist."""
+        for s in self.stages:
+            if s.id == stage_id:
+                return s
+        raise ConfigError(f"{self.path}: no stage {stage_id!r}; stages are {[s.id for s in self.stages]}")
+
+
+def _import_stage_file(path: Path, tag: str) -> ModuleType:
+    mod_name = "rufus_stage_" + "".join(c if c.isalnum() else "_" for c in tag)
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot import")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def find_stage_folder(ref: str, recipe_path: Path | None = None) -> Path:
+    """Resolve a stage folder reference; the error lists where it looked."""
+    p = Path(ref)
+    candidates = [p] if p.is_absolute() else [Path.cwd() / p, REPO_ROOT / p]
+    if recipe_path is not None and not p.is_absolute():
+        candidates.insert(0, recipe_path.resolve().parent.parent / p)
+    for c in candidates:
+        if (c / "launch.yaml").is_file():
+            return c.resolve()
+    where = ", ".join(str(c) for c in dict.fromkeys(candidates))
+    raise ConfigError(f"stage folder {ref!r} not found (no launch.yaml in: {where})")
+
+
+def split_sets(sets: list[str], stage_ids: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Split ``--set`` expressions into recipe-wide ones and per-stage ones (``STAGE.key=value``)."""
+    common: dict[str, Any] = {}
+    per_stage: dict[str, dict[str, Any]] = {}
+    for expr in sets:
+        key, value = parse_set(expr)
+        head, _, rest = key.partition(".")
+        if head in stage_ids and rest:
+            per_stage.setdefault(head, {})[rest] = value
+        else:
+            common[key] = value
+    return common, per_stage
+
+
+def sid_or(stage_id: str | None, folder: Path) -> str:
+    """The stage id: the recipe's id if given, else the folder name."""
+    return stage_id or folder.name
+
+
+def resolve_stage(
+    folder: Path,
+    profile: str,
+    *,
+    stage_id: str | None = None,
+    layers: list[tuple[dict[str, Any], str]] | None = None,
+    sets: dict[str, Any] | None = None,
+    common_sets: dict[str, Any] | None = None,
+    used_sets: set[str] | None = None,
+) -> ResolvedStage:
+    """Merge the layers for one stage folder and validate them.
+
+    ``sets`` always apply; ``common_sets`` (recipe-wide ``--set``) apply only where the stage has the
+    top-level section (``rl.*`` skips an SFT stage); the keys used are added to ``used_sets``.
+    """
+    launch = folder / "launch.yaml"
+    missing = [f for f in STAGE_FILES if not (folder / f).is_file()]
+    if missing:
+        raise ConfigError(f"{folder}: stage folder lacks {', '.join(missing)}")
+    layered = Layered()
+    layered.apply(load_yaml(launch), str(launch))
+    for layer, source in layers or []:
+        layered.apply(layer, source)
+    for key, value in (common_sets or {}).items():
+        if key.split(".")[0] in layered.data:
+            layered.apply(nest(key, value), f"--set {key}")
+            if used_sets is not None:
+                used_sets.add(key)
+    for key, value in (sets or {}).items():
+        layered.apply(nest(key, value), f"--set {sid_or(stage_id, folder)}.{key}")
+    if profile == "embedded":
+        emb = layered.data.get("embedded") or {}
+        if not isinstance(emb, dict):
+            raise ConfigError(f"{layered.source_of('embedded')}: embedded: expected a mapping")
+        for section, target in _EMBEDDED_TARGETS.items():
+            part = emb.get(section)
+            if isinstance(part, dict) and part:
+                src = layered.source_of(f"embedded.{section}")
+                layered.apply(part, f"{src} (embedded.{section})", prefix=target)
+    config = layered.validate(StageConfig, str(launch))
+    sid = stage_id or folder.name
+    if config.name != folder.name and stage_id is None:
+        raise ConfigError(f"{launch}: name: {config.name!r} differs from the folder name {folder.name!r}")
+    resolved = config.model_dump(mode="json")
+    stage = ResolvedStage(
+        id=sid,
+        folder=folder,
+        config=config,
+        profile=profile,
+        resolved=resolved,
+        data_params=config.data,
+        config_hash=sha256_json({"config": resolved, "profile": profile}),
+        code_hash=sha256_json({f: sha256_file(folder / f) for f in ("data_prep.py", "reward.py")}),
+    )
+    params_model = getattr(stage.module("data_prep"), "Params", None)
+    if params_model is not None:
+        try:
+            stage.data_params = params_model.model_validate(config.data)
+        except ValidationError as exc:
+            msg = format_validation_error(exc, None, str(launch))
+            raise ConfigError("\n".join(line.replace(": ", ": data.", 1) for line in msg.splitlines())) from None
+    return stage
+
+
+def load_recipe(path: Path, sets: list[str] | None = None, profile: str | None = None) -> LoadedRecipe:
+    """Load and validate a recipe and every stage it lists."""
+    path = Path(path)
+    raw = load_yaml(path)
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, None, str(path))) from None
+    if profile is not None:
+        recipe.profile = profile  # type: ignore[assignment]
+    folders = [find_stage_folder(e.stage, path) for e in recipe.stages]
+    ids = [e.id or f.name for e, f in zip(recipe.stages, folders)]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{path}: stages: duplicate stage ids {ids}; give entries distinct `id`s")
+    common, per_stage = split_sets(sets or [], ids)
+    stages = []
+    used: set[str] = set()
+    for entry, folder, sid in zip(recipe.stages, folders, ids):
+        layers = []
+        if recipe.overrides:
+            layers.append((recipe.overrides, f"{path} (overrides)"))
+        if entry.overrides:
+            layers.append((entry.overrides, f"{path} (stages[{sid}].overrides)"))
+        stages.append(
+            resolve_stage(
+                folder,
+                recipe.profile,
+                stage_id=sid,
+                layers=layers,
+                sets=per_stage.get(sid, {}),
+                common_sets=common,
+                used_sets=used,
+            )
+        )
+    unused = sorted(set(common) - used)
+    if unused:
+        raise ConfigError(f"--set {', '.join(unused)}: no stage of {path} has this section")
+    return LoadedRecipe(path=path, recipe=recipe, stages=stages)
+
+
+def dump_resolved(stage: ResolvedStage) -> str:
+    """The resolved stage config as YAML (written into the run directory)."""
+    return yaml.safe_dump(
+        {"stage": stage.id, "folder": str(stage.folder), "profile": stage.profile, "config": stage.resolved},
+        sort_keys=False,
+    )

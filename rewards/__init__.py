@@ -1,0 +1,36 @@
+"""Rewards: one contract (`rewards.contract`) and one registry shared by every stage and both backends.
+
+Rewards register themselves by name when their module is imported; the table below says which module
+provides each name, so `get_reward(name)` imports only what a stage needs.
+"""
+
+from rewards.contract import (
+    RewardRequest,
+    RewardResult,
+    declare_provider,
+    get_reward,
+    register_reward,
+    registered_rewards,
+    safe_score,
+)
+
+for _name, _module in {
+    "sft_format": "rewards.sft_format",
+    "reasoning": "rewards.reasoning",
+    "math": "rewards.reasoning",
+    "puzzle": "rewards.reasoning",
+    "science": "rewards.reasoning",
+    "code": "rewards.code_reward",
+    "if_rubrics": "rewards.instruction_following",
+}.items():
+    declare_provider(_name, _module)
+
+__all__ = [
+    "RewardRequest",
+    "RewardResult",
+    "declare_provider",
+    "get_reward",
+    "register_reward",
+    "registered_rewards",
+    "safe_score",
+]
