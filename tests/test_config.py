@@ -1,0 +1,154 @@
+"""Typed configs: layering order, unknown keys, errors that name file and key, every YAML parses."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.config import StageConfig
+from infra.layering import ConfigError, load_yaml
+from infra.recipe import REPO_ROOT, load_recipe, resolve_stage
+
+STAGES = sorted(p.parent for p in (REPO_ROOT / "stages").glob("*/launch.yaml"))
+
+
+def _stage_copy(tmp_path: Path, name: str = "01_reasoning_rl") -> Path:
+    """A copy of a real stage folder (all four files) that a test may edit."""
+    dst = tmp_path / "stages" / name
+    shutil.copytree(REPO_ROOT / "stages" / name, dst)
+    return dst
+
+
+def _recipe(tmp_path: Path, body: dict) -> Path:
+    path = tmp_path / "recipes" / "r.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def _base_recipe(stages: list) -> dict:
+    return {"name": "t", "base": {"model": "micro"}, "profile": "embedded", "stages": stages}
+
+
+def test_every_yaml_in_the_repository_parses():
+    files = [
+        p
+        for p in REPO_ROOT.rglob("*.y*ml")
+        if ".venv" not in p.parts and "runs" not in p.parts and p.suffix in (".yaml", ".yml")
+    ]
+    assert files, "no YAML found"
+    for path in files:
+        with open(path) as f:
+            list(yaml.safe_load_all(f))  # raises on a syntax error
+    for launch in (REPO_ROOT / "stages").glob("*/launch.yaml"):
+        StageConfig.model_validate(load_yaml(launch))
+    for recipe in (REPO_ROOT / "recipes").glob("*.yaml"):
+        loaded = load_recipe(recipe)
+        assert loaded.stages
+
+
+@pytest.mark.parametrize("folder", STAGES, ids=[p.name for p in STAGES])
+def test_stage_folders_are_complete(folder: Path):
+    for name in ("data_prep.py", "reward.py", "launch.yaml", "README.md"):
+        assert (folder / name).is_file(), f"{folder.name} lacks {name}"
+
+
+def test_layer_order_defaults_stage_recipe_cli(tmp_path: Path):
+    _stage_copy(tmp_path)
+    rec = _recipe(
+        tmp_path,
+        {
+            **_base_recipe([{"stage": "stages/01_reasoning_rl", "overrides": {"rl": {"rollout": {"num_rollouts": 7}}}}]),
+            "overrides": {"optimizer": {"weight_decay": 0.2}, "rl": {"rollout": {"num_rollouts": 5}}},
+            "profile": "production",
+        },
+    )
+    stage = load_recipe(rec).stages[0]
+    assert stage.config.optimizer.weight_decay == 0.2  # recipe-wide override beats launch.yaml (0.1)
+    assert stage.config.rl.rollout.num_rollouts == 7  # the entry's override beats the recipe-wide one
+    assert stage.config.optimizer.eps == 1e-8  # model default
+    stage = load_recipe(rec, sets=["rl.rollout.num_rollouts=3"]).stages[0]
+    assert stage.config.rl.rollout.num_rollouts == 3  # --set beats everything
+    stage = load_recipe(rec, sets=["01_reasoning_rl.optimizer.lr=2e-6"]).stages[0]
+    assert stage.config.optimizer.lr == 2e-6
+
+
+def test_embedded_profile_resizes_but_keeps_the_algorithm(tmp_path: Path):
+    folder = REPO_ROOT / "stages" / "01_reasoning_rl"
+    prod = resolve_stage(folder, "production")
+    emb = resolve_stage(folder, "embedded")
+    assert prod.config.rl.rollout.prompts_per_step == 256
+    assert emb.config.rl.rollout.prompts_per_step < prod.config.rl.rollout.prompts_per_step
+    assert emb.config.rl.policy == prod.config.rl.policy
+    assert emb.config.rl.dynamic_sampling == prod.config.rl.dynamic_sampling
+    assert emb.config.reward == prod.config.reward
+    assert emb.config_hash != prod.config_hash
+    # An embedded section may not touch the objective: `policy` is not a field of EmbeddedOverrides.
+    dst = _stage_copy(tmp_path)
+    data = load_yaml(dst / "launch.yaml")
+    data["embedded"]["policy"] = {"eps_clip": 0.3}
+    (dst / "launch.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"launch.yaml: embedded.policy: unknown key"):
+        resolve_stage(dst, "embedded")
+
+
+def test_unknown_key_names_file_and_dotted_path(tmp_path: Path):
+    dst = _stage_copy(tmp_path)
+    data = load_yaml(dst / "launch.yaml")
+    data["rl"]["rollout"]["prompts_per_stepp"] = 3
+    (dst / "launch.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        resolve_stage(dst, "production")
+    assert f"{dst / 'launch.yaml'}: rl.rollout.prompts_per_stepp: unknown key" in str(err.value)
+
+
+def test_wrong_type_in_recipe_override_names_the_recipe(tmp_path: Path):
+    _stage_copy(tmp_path)
+    rec = _recipe(tmp_path, {**_base_recipe(["stages/01_reasoning_rl"]), "overrides": {"optimizer": {"lr": "fast"}}})
+    with pytest.raises(ConfigError) as err:
+        load_recipe(rec)
+    msg = str(err.value)
+    assert f"{rec} (overrides): optimizer.lr" in msg and "'fast'" in msg
+
+
+def test_wrong_type_from_cli_names_the_flag(tmp_path: Path):
+    _stage_copy(tmp_path)
+    rec = _recipe(tmp_path, _base_recipe(["stages/01_reasoning_rl"]))
+    with pytest.raises(ConfigError, match=r"--set rl.rollout.samples_per_prompt: rl.rollout.samples_per_prompt"):
+        load_recipe(rec, sets=["rl.rollout.samples_per_prompt=many"])
+    with pytest.raises(ConfigError, match="no stage of .* has this section"):
+        load_recipe(rec, sets=["rll.rollout.samples_per_prompt=2"])
+
+
+def test_bad_recipe_keys_and_missing_stage_folder(tmp_path: Path):
+    rec = _recipe(tmp_path, {**_base_recipe(["stages/01_reasoning_rl"]), "stagez": []})
+    with pytest.raises(ConfigError, match=rf"{rec}: stagez: unknown key"):
+        load_recipe(rec)
+    rec = _recipe(tmp_path, {**_base_recipe(["stages/99_nowhere"])})
+    with pytest.raises(ConfigError, match=r"stage folder 'stages/99_nowhere' not found"):
+        load_recipe(rec)
+    rec = _recipe(tmp_path, {**_base_recipe(["stages/01_reasoning_rl"]), "profile": "laptop"})
+    with pytest.raises(ConfigError, match=rf"{rec}: profile"):
+        load_recipe(rec)
+
+
+def test_swapping_a_stage_is_one_line(tmp_path: Path):
+    variant = _stage_copy(tmp_path, "01_reasoning_rl")
+    alt = variant.with_name("01b_reasoning_rl_variant")
+    variant.rename(alt)
+    data = load_yaml(alt / "launch.yaml")
+    data["name"] = alt.name
+    data["rl"]["policy"]["estimator"] = "grpo"
+    (alt / "launch.yaml").write_text(yaml.safe_dump(data))
+    rec = _recipe(tmp_path, _base_recipe([str(alt)]))
+    stage = load_recipe(rec).stages[0]
+    assert stage.id == alt.name and stage.config.rl.policy.estimator == "grpo"
+
+
+def test_batch_rule_is_checked(tmp_path: Path):
+    dst = _stage_copy(tmp_path)
+    with pytest.raises(ConfigError, match="divisible by steps_per_rollout"):
+        resolve_stage(dst, "production", sets={"rl.rollout.steps_per_rollout": 3, "rl.rollout.prompts_per_step": 5})
