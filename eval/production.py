@@ -1,0 +1,317 @@
+"""Production evaluation commands: serve a checkpoint with SGLang, score it with lm-eval or native scorers.
+
+``render_eval_commands(checkpoint_dir, benchmarks, cluster)`` returns the argv lists of the runbook for one
+checkpoint, in order: start the SGLang server (long-running: the runbook backgrounds it), wait for its
+``/health``, write the task files lm-eval lacks, run each lm-eval benchmark once per sample index with its
+own seed (k runs → avg@k), sample the native benchmarks through ``eval.generate`` and run their own
+scorers, then ``collect`` the lm-eval results into ``scores.json``. ``render_eval_plan`` returns the same
+steps with names and the background flag. Flags follow lm-eval 0.4.x (``lm_eval --model
+local-chat-completions``; with no subcommand 0.4.10+ inserts ``run``, older 0.4 releases take the flags
+directly) and ``sglang.launch_server``. The ifeval task needs lm-eval's ``ifeval`` extra (NLTK data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eval.registry import BENCHMARKS, Benchmark, get_benchmark
+
+THINK_END = "</think>"
+
+
+@dataclass
+class EvalCluster:
+    """Where and how production evaluation runs (one 8×H200 node serves the 106B-A12B checkpoint)."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tp: int = 8
+    dp: int = 1
+    context_length: int = 131_072
+    mem_fraction_static: float = 0.85
+    data_root: Path = Path("/data/benchmarks")
+    native_root: Path = Path("/opt/eval")
+    output_root: Path = Path("eval_results")
+    num_concurrent: int = 64
+    seed: int = 0
+    temperature: float | None = None
+    top_p: float | None = None
+    judge_model: str = "o3-mini-2025-01-31"
+    wait_timeout_s: int = 1800
+    python: str = "python"
+    native_repos: dict[str, str] = field(
+        default_factory=lambda: {
+            "ifbench": "IFBench",
+            "multichallenge": "multi-challenge",
+            "advancedif": "AdvancedIF",
+            "livecodebench_v6": "LiveCodeBench",
+        }
+    )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+@dataclass
+class EvalStep:
+    """One command of the runbook."""
+
+    name: str
+    argv: list[str]
+    background: bool = False
+
+
+def _served_name(checkpoint_dir: Path) -> str:
+    parts = [p for p in checkpoint_dir.parts if p not in ("/", "export")]
+    return "-".join(parts[-2:]) if len(parts) >= 2 else (parts[-1] if parts else "model")
+
+
+def _in_dir(directory: Path, argv: list[str]) -> list[str]:
+    """Wrap a command that must run from its repository checkout (scorers that read ./data)."""
+    return ["bash", "-c", f"cd {shlex.quote(str(directory))} && exec {shlex.join(argv)}"]
+
+
+def _sampling(bench: Benchmark, cluster: EvalCluster) -> tuple[float, float]:
+    temperature = bench.temperature if cluster.temperature is None else cluster.temperature
+    top_p = bench.top_p if cluster.top_p is None else cluster.top_p
+    return temperature, top_p
+
+
+def _data_files(bench: Benchmark, cluster: EvalCluster) -> list[str]:
+    return [str(cluster.data_root / bench.name / f) for f in bench.source.files]
+
+
+def aime26_task_yaml(data_file: str, max_gen_tokens: int) -> str:
+    """Return an lm-eval task YAML for AIME 2026 over a local JSONL file (lm-eval 0.4 ships none)."""
+    task = {
+        "task": "rufus_aime26",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": data_file}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "{{problem}}\n\nPut your final answer within \\boxed{}.",
+        "doc_to_target": "{{answer}}",
+        "num_fewshot": 0,
+        "filter_list": [
+            {
+                "name": "boxed",
+                "filter": [
+                    {"function": "regex", "regex_pattern": r"\\boxed\{\s*(\d+)\s*\}", "group_select": -1},
+                    {"function": "take_first"},
+                ],
+            }
+        ],
+        "generation_kwargs": {"until": [], "do_sample": True, "max_gen_toks": max_gen_tokens},
+        "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}],
+        "metadata": {"version": 1.0},
+    }
+    # JSON is valid YAML, so the task file needs no YAML writer.
+    return json.dumps(task, indent=2)
+
+
+def _lm_eval_steps(bench: Benchmark, ckpt_name: str, out: Path, cluster: EvalCluster) -> list[EvalStep]:
+    temperature, top_p = _sampling(bench, cluster)
+    model_args = ",".join(
+        [
+            f"model={ckpt_name}",
+            f"base_url={cluster.base_url}/chat/completions",
+            f"num_concurrent={cluster.num_concurrent}",
+            "max_retries=3",
+            "tokenized_requests=False",
+            f"think_end_token={THINK_END}",
+            "timeout=3600",
+        ]
+    )
+    gen = f"temperature={temperature},top_p={top_p},max_gen_toks={bench.max_gen_tokens},do_sample=True"
+    steps = []
+    for i in range(bench.k):
+        argv = [
+            "lm_eval",
+            "--model", "local-chat-completions",
+            "--model_args", model_args,
+            "--tasks", str(bench.lm_eval_task),
+            "--num_fewshot", "0",
+            "--apply_chat_template",
+            "--gen_kwargs", gen,
+            "--batch_size", "1",
+            "--seed", str(cluster.seed + i),
+            "--output_path", str(out / bench.name / f"sample_{i}"),
+            "--log_samples",
+        ]  # fmt: skip
+        if bench.name == "aime26":
+            argv += ["--include_path", str(out / "tasks")]
+        steps.append(EvalStep(f"{bench.name}[{i}]", argv))
+    return steps
+
+
+def _native_steps(bench: Benchmark, ckpt_name: str, out: Path, cluster: EvalCluster) -> list[EvalStep]:
+    temperature, top_p = _sampling(bench, cluster)
+    bench_out = out / bench.name
+    data = _data_files(bench, cluster)
+    gen = [
+        cluster.python, "-m", "eval.generate",
+        "--benchmark", bench.name, "--data", *data,
+        "--base-url", cluster.base_url, "--model", ckpt_name,
+        "--k", str(bench.k), "--temperature", str(temperature), "--top-p", str(top_p),
+        "--max-tokens", str(bench.max_gen_tokens), "--seed", str(cluster.seed),
+        "--workers", str(cluster.num_concurrent), "--out", str(bench_out),
+    ]  # fmt: skip
+    steps = [EvalStep(f"{bench.name}:generate", gen)]
+    repo = cluster.native_root / cluster.native_repos[bench.name]
+    for i in range(bench.k if bench.name != "livecodebench_v6" else 1):
+        resp = str(bench_out / f"responses_{i}.jsonl")
+        scored = bench_out / f"scored_{i}"
+        steps.append(
+            EvalStep(
+                f"{bench.name}:score[{i}]", _in_dir(repo, _NATIVE[bench.name](resp, data, scored, cluster))
+            )
+        )
+    return steps
+
+
+def _ifbench(resp: str, data: list[str], scored: Path, cluster: EvalCluster) -> list[str]:
+    return [cluster.python, "-m", "run_eval", f"--input_data={data[0]}", f"--input_response_data={resp}",
+            f"--output_dir={scored}"]  # fmt: skip
+
+
+def _multichallenge(resp: str, data: list[str], scored: Path, cluster: EvalCluster) -> list[str]:
+    # main.py reads ./data/benchmark_questions.jsonl: the checkout must hold the same file as data_root.
+    return [cluster.python, "main.py", "--responses-file", resp, "--output-file", f"{scored}.txt",
+            "--raw", f"{scored}.csv"]  # fmt: skip
+
+
+def _advancedif(resp: str, data: list[str], scored: Path, cluster: EvalCluster) -> list[str]:
+    return [cluster.python, "-m", "AdvancedIF.cli", "evaluate", "--input", resp,
+            "--output", f"{scored}.jsonl", "--model", cluster.judge_model]  # fmt: skip
+
+
+def _livecodebench(resp: str, data: list[str], scored: Path, cluster: EvalCluster) -> list[str]:
+    custom = str(Path(resp).parent / "custom_output.json")
+    return [cluster.python, "-m", "lcb_runner.runner.custom_evaluator", "--custom_output_file", custom,
+            "--scenario", "codegeneration", "--release_version", "release_v6", "--n",
+            str(BENCHMARKS["livecodebench_v6"].k)]  # fmt: skip
+
+
+_NATIVE = {
+    "ifbench": _ifbench,
+    "multichallenge": _multichallenge,
+    "advancedif": _advancedif,
+    "livecodebench_v6": _livecodebench,
+}
+
+
+def render_eval_plan(
+    checkpoint_dir: Path, benchmarks: list[str], cluster: EvalCluster | Mapping | None = None
+) -> list[EvalStep]:
+    """Return the named runbook steps that evaluate one checkpoint on ``benchmarks``."""
+    if cluster is None:
+        cluster = EvalCluster()
+    elif isinstance(cluster, Mapping):
+        cluster = EvalCluster(**cluster)
+    benches = [get_benchmark(b) for b in benchmarks]
+    ckpt = Path(checkpoint_dir)
+    name = _served_name(ckpt)
+    out = (cluster.output_root / name).absolute()  # native scorers run from their own checkout
+    server = [
+        cluster.python, "-m", "sglang.launch_server",
+        "--model-path", str(ckpt), "--served-model-name", name,
+        "--tp-size", str(cluster.tp), "--dp-size", str(cluster.dp),
+        "--host", cluster.host, "--port", str(cluster.port),
+        "--context-length", str(cluster.context_length),
+        "--mem-fraction-static", str(cluster.mem_fraction_static),
+        "--trust-remote-code",
+    ]  # fmt: skip
+    retries = str(max(1, cluster.wait_timeout_s // 10))
+    health = f"http://{cluster.host}:{cluster.port}/health"
+    wait = [
+        "curl",
+        "--silent",
+        "--fail",
+        "--retry",
+        retries,
+        "--retry-delay",
+        "10",
+        "--retry-all-errors",
+        health,
+    ]
+    steps = [EvalStep("serve", server, background=True), EvalStep("wait", wait)]
+    if any(b.name == "aime26" for b in benches):
+        aime26 = _data_files(get_benchmark("aime26"), cluster)[0]
+        steps.append(EvalStep("tasks", [cluster.python, "-m", "eval.production", "write-tasks",
+                                        "--out", str(out / "tasks"), "--aime26", aime26]))  # fmt: skip
+    for bench in benches:
+        if bench.harness == "lm_eval":
+            steps += _lm_eval_steps(bench, name, out, cluster)
+        else:
+            steps += _native_steps(bench, name, out, cluster)
+    lm = [b.name for b in benches if b.harness == "lm_eval"]
+    if lm:
+        collect = [
+            cluster.python,
+            "-m",
+            "eval.production",
+            "collect",
+            "--results",
+            str(out),
+            "--benchmarks",
+            *lm,
+        ]
+        steps.append(EvalStep("collect", collect))
+    return steps
+
+
+def render_eval_commands(
+    checkpoint_dir: Path, benchmarks: list[str], cluster: EvalCluster | Mapping | None = None
+) -> list[list[str]]:
+    """Return the argv lists that evaluate a checkpoint; the first one (the server) runs in background."""
+    return [step.argv for step in render_eval_plan(checkpoint_dir, benchmarks, cluster)]
+
+
+def collect_lm_eval(results_dir: Path, benchmark: str) -> dict[str, float]:
+    """Return {aggregation: value} of an lm-eval benchmark from its k per-seed result folders (avg@k)."""
+    bench = get_benchmark(benchmark)
+    task, metric = str(bench.lm_eval_task), str(bench.lm_eval_metric)
+    values = []
+    for i in range(bench.k):
+        run_dir = results_dir / bench.name / f"sample_{i}"
+        files = sorted(run_dir.rglob("results_*.json"))
+        if not files:
+            raise FileNotFoundError(f"{benchmark}: no lm-eval results_*.json under {run_dir}")
+        data = json.loads(files[-1].read_text(encoding="utf-8"))
+        try:
+            values.append(float(data["results"][task][metric]))
+        except KeyError as exc:
+            raise KeyError(f"{files[-1]}: no results[{task!r}][{metric!r}]") from exc
+    return {bench.aggregation: 100.0 * sum(values) / len(values)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line used by the rendered runbook: ``write-tasks`` and ``collect``."""
+    ap = argparse.ArgumentParser(prog="python -m eval.production")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    wt = sub.add_parser("write-tasks", help="Write the lm-eval task files the harness lacks.")
+    wt.add_argument("--out", required=True, type=Path)
+    wt.add_argument("--aime26", required=True, help="Local AIME 2026 JSONL (problem, answer).")
+    co = sub.add_parser("collect", help="Average the per-seed lm-eval results into scores.json.")
+    co.add_argument("--results", required=True, type=Path)
+    co.add_argument("--benchmarks", required=True, nargs="+")
+    args = ap.parse_args(argv)
+    if args.cmd == "write-tasks":
+        args.out.mkdir(parents=True, exist_ok=True)
+        budget = get_benchmark("aime26").max_gen_tokens
+        (args.out / "rufus_aime26.yaml").write_text(aime26_task_yaml(args.aime26, budget), encoding="utf-8")
+        return
+    scores = {b: collect_lm_eval(args.results, b) for b in args.benchmarks}
+    (args.results / "scores.json").write_text(json.dumps(scores, indent=2), encoding="utf-8")
+    json.dump(scores, sys.stdout, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""The benchmark registry: one entry per benchmark the paper reports for stages 00–03.
+
+Each entry names the public release (hub id, revision, files, licence), how it is loaded
+(``eval.loaders``), how it is scored in production (an lm-evaluation-harness task, or the benchmark's own
+scorer where lm-eval has none), the number of samples per prompt and the aggregation (avg@4 for most,
+avg@32 for AIME, pass@k at the benchmark's own k), which stages target or guard it, and the embedded
+metric that stands for it at tiny scale. Thinking tags are stripped before every scorer (paper §5.1).
+
+Sampling parameters are not given in the paper; each entry uses the response budget of the stage that
+trains for it (Table 16) and the rollout temperature 1.0, and the production renderer lets a run override
+both. ``revision=None`` means the release is not pinned yet: ``unpinned()`` lists those, and a production
+eval run should record the commit it resolved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Harness = Literal["lm_eval", "native"]
+
+#: Embedded (tiny-scale) metric names the stages score with ``infra.embedded.evaluate.score_heldout``.
+EMBEDDED_METRICS: dict[str, str] = {
+    "sft_format": "Share of responses that parse in the chat format (balanced think tags, clean end).",
+    "math_acc": "Math-Verify accuracy on held-out generated math problems (stands for AIME 25/26).",
+    "puzzle_acc": "Checker accuracy on held-out reasoning-gym puzzles (Reasoning RL's puzzle family).",
+    "science_acc": "Accuracy on held-out multiple-choice science questions (stands for GPQA-Diamond).",
+    "code_pass1": "All-tests pass rate of held-out coding problems (stands for LiveCodeBench v6 pass@1).",
+    "if_all_constraints": "Share of prompts whose every checker passes (stands for IFEval / IFBench).",
+    "if_multiturn_rubrics": "Share of conversations passing every rubric (Multi-challenge / AdvancedIF).",
+}
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a benchmark's public release lives (an HF hub id, or a git repository when not on the hub)."""
+
+    hub_id: str
+    revision: str | None
+    files: tuple[str, ...]
+    license: str
+    scorer_repo: str = ""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark: source, loader, scorer, sampling, aggregation and its stage roles."""
+
+    name: str
+    title: str
+    column: str
+    source: HubSource
+    loader: str
+    harness: Harness
+    scorer: str
+    k: int
+    metrics: tuple[str, ...]
+    max_gen_tokens: int
+    embedded_metric: str
+    targets: tuple[str, ...] = ()
+    guards: tuple[str, ...] = ()
+    lm_eval_task: str | None = None
+    lm_eval_metric: str | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    strip_thinking: bool = True
+    notes: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def aggregation(self) -> str:
+        """Return the headline aggregation, e.g. 'avg@4' or 'pass@1'."""
+        return self.metrics[0]
+
+
+_IF_BUDGET = 16_384  # IF RL response budget (Table 16)
+_REASONING_BUDGET = 30_000  # Reasoning RL response budget (Table 16)
+_CODING_BUDGET = 65_536  # Coding RL first-phase budget (Table 16)
+
+_ENTRIES = (
+    Benchmark(
+        name="ifeval",
+        title="IFEval (prompt-level strict)",
+        column="IFEval",
+        source=HubSource("google/IFEval", None, ("ifeval_input_data.jsonl",), "apache-2.0"),
+        loader="ifeval",
+        harness="lm_eval",
+        scorer="lm-eval ifeval: prompt_level_strict_acc",
+        lm_eval_task="ifeval",
+        lm_eval_metric="prompt_level_strict_acc,none",
+        k=4,
+        metrics=("avg@4",),
+        max_gen_tokens=_IF_BUDGET,
+        embedded_metric="if_all_constraints",
+        targets=("00_sft", "03_if_rl"),
+    ),
+    Benchmark(
+        name="ifbench",
+        title="IFBench (prompt-level strict)",
+        column="IFBench",
+        source=HubSource(
+            "allenai/IFBench_test",
+            None,
+            ("IFBench_test.jsonl",),
+            "odc-by",
+            "https://github.com/allenai/IFBench",
+        ),
+        loader="ifeval",
+        harness="native",
+        scorer="IFBench run_eval: follow_all_instructions (strict)",
+        k=4,
+        metrics=("avg@4",),
+        max_gen_tokens=_IF_BUDGET,
+        embedded_metric="if_all_constraints",
+        targets=("00_sft", "03_if_rl"),
+        notes="Same record format as IFEval; 58 out-of-domain constraint types.",
+    ),
+    Benchmark(
+        name="multichallenge",
+        title="Multi-challenge",
+        column="Multi-ch.",
+        source=HubSource(
+            "github.com/ekwinox117/multi-challenge",
+            None,
+            ("data/benchmark_questions.jsonl",),
+            "see upstream",
+            "https://github.com/ekwinox117/multi-challenge",
+        ),
+        loader="multichallenge",
+        harness="native",
+        scorer="multi-challenge main.py --responses-file: LLM judge against PASS_CRITERIA",
+        k=4,
+        metrics=("avg@4",),
+        max_gen_tokens=_IF_BUDGET,
+        embedded_metric="if_multiturn_rubrics",
+        targets=("03_if_rl",),
+        notes="The owner changed the judge and 54 questions on 2026-02-03 (paper App. D); pin the revision.",
+    ),
+    Benchmark(
+        name="advancedif",
+        title="AdvancedIF (prompt-level)",
+        column="AdvancedIF",
+        source=HubSource(
+            "facebook/AdvancedIF",
+            "e20cba9",
+            ("if_oss_full_data.csv",),
+            "cc-by-nc-4.0",
+            "https://github.com/facebookresearch/AdvancedIF",
+        ),
+        loader="advancedif",
+        harness="native",
+        scorer="AdvancedIF.cli evaluate: all rubrics pass (o3-mini judge)",
+        k=4,
+        metrics=("avg@4",),
+        max_gen_tokens=_IF_BUDGET,
+        embedded_metric="if_multiturn_rubrics",
+        targets=("03_if_rl",),
+    ),
+    Benchmark(
+        name="gpqa_diamond",
+        title="GPQA-Diamond",
+        column="GPQA",
+        source=HubSource("Idavidrein/gpqa", None, ("gpqa_diamond.csv",), "cc-by-4.0 (gated)"),
+        loader="gpqa",
+        harness="lm_eval",
+        scorer="lm-eval gpqa_diamond_cot_zeroshot: exact_match (flexible-extract)",
+        lm_eval_task="gpqa_diamond_cot_zeroshot",
+        lm_eval_metric="exact_match,flexible-extract",
+        k=4,
+        metrics=("avg@4",),
+        max_gen_tokens=_REASONING_BUDGET,
+        embedded_metric="science_acc",
+        targets=("00_sft", "01_reasoning_rl"),
+        guards=("03_if_rl",),
+    ),
+    Benchmark(
+        name="aime25",
+        title="AIME 2025",
+        column="AIME25",
+        source=HubSource("math-ai/aime25", None, ("test.jsonl",), "see upstream"),
+        loader="aime",
+        harness="lm_eval",
+        scorer="lm-eval aime25: exact_match",
+        lm_eval_task="aime25",
+        lm_eval_metric="exact_match,none",
+        k=32,
+        metrics=("avg@32",),
+        max_gen_tokens=_REASONING_BUDGET,
+        embedded_metric="math_acc",
+        targets=("00_sft",),
+        guards=("01_reasoning_rl", "03_if_rl"),
+    ),
+    Benchmark(
+        name="aime26",
+        title="AIME 2026",
+        column="AIME26",
+        source=HubSource("MathArena/aime_2026", None, ("aime_2026.jsonl",), "see upstream"),
+        loader="aime",
+        harness="lm_eval",
+        scorer="lm-eval task rendered by eval.production (last \\boxed{} integer, exact match)",
+        lm_eval_task="rufus_aime26",
+        lm_eval_metric="exact_match,boxed",
+        k=32,
+        metrics=("avg@32",),
+        max_gen_tokens=_REASONING_BUDGET,
+        embedded_metric="math_acc",
+        targets=("00_sft",),
+        guards=("01_reasoning_rl",),
+        notes="lm-eval 0.4.x ships no AIME 2026 task; eval.production writes one over the local file.",
+    ),
+    Benchmark(
+        name="livecodebench_v6",
+        title="LiveCodeBench v6",
+        column="LCBv6",
+        source=HubSource(
+            "livecodebench/code_generation_lite",
+            "release_v6",
+            ("test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl", "test6.jsonl"),
+            "cc (see upstream)",
+            "https://github.com/LiveCodeBench/LiveCodeBench",
+        ),
+        loader="livecodebench",
+        harness="native",
+        scorer="lcb_runner custom_evaluator (codegeneration): unbiased pass@k",
+        k=8,
+        metrics=("pass@1", "pass@8"),
+        max_gen_tokens=_CODING_BUDGET,
+        embedded_metric="code_pass1",
+        targets=("02_coding_rl",),
+        notes="Table 8: n=8, pass@1 and pass@8; release_v6 holds 1,055 problems (2023-05..2025-04).",
+    ),
+)
+
+#: Benchmarks keyed by name.
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in _ENTRIES}
+
+
+def get_benchmark(name: str) -> Benchmark:
+    """Return the registry entry called ``name`` (error lists the known names)."""
+    try:
+        return BENCHMARKS[name]
+    except KeyError:
+        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}") from None
+
+
+def for_stage(stage: str) -> dict[str, list[Benchmark]]:
+    """Return {'targets': [...], 'guardrails': [...]} benchmarks of a stage id such as '03_if_rl'."""
+    return {
+        "targets": [b for b in _ENTRIES if stage in b.targets],
+        "guardrails": [b for b in _ENTRIES if stage in b.guards],
+    }
+
+
+def for_embedded_metric(metric: str) -> list[Benchmark]:
+    """Return the benchmarks an embedded metric stands for (empty for e.g. 'puzzle_acc')."""
+    if metric not in EMBEDDED_METRICS:
+        raise KeyError(f"unknown embedded metric {metric!r}; known: {', '.join(EMBEDDED_METRICS)}")
+    return [b for b in _ENTRIES if b.embedded_metric == metric]
+
+
+def column_for(metric: str) -> str:
+    """Return the paper's column label(s) for a metric name (embedded or benchmark), or the name itself."""
+    if metric in BENCHMARKS:
+        return BENCHMARKS[metric].column
+    if metric in EMBEDDED_METRICS:
+        cols = [b.column for b in for_embedded_metric(metric)]
+        if cols:
+            return f"{metric} (~{'/'.join(cols)})"
+    return metric
+
+
+def unpinned() -> list[str]:
+    """Return the names of benchmarks whose release revision is not pinned yet."""
+    return [b.name for b in _ENTRIES if b.source.revision is None]
