@@ -24,7 +24,9 @@ class Parallelism(_Strict):
     ep: int = Field(default=1, description="Expert parallel size.")
     etp: int = Field(default=1, description="Expert tensor parallel size.")
     sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism (needs tp > 1).")
-    recompute: Literal["none", "full", "selective"] = Field(default="full", description="Activation recompute.")
+    recompute: Literal["none", "full", "selective"] = Field(
+        default="full", description="Activation recompute."
+    )
     max_tokens_per_gpu: int = Field(default=16384, description="Dynamic batch size token budget per GPU.")
 
 
@@ -36,7 +38,9 @@ class SGLangEngines(_Strict):
     dp_size: int = Field(default=1, description="SGLang DP size (needs dp_attention when > 1).")
     ep_size: int = Field(default=1, description="SGLang expert parallel size.")
     mem_fraction_static: float = Field(default=0.7, description="SGLang static memory fraction.")
-    fp8: bool = Field(default=False, description="Serve an FP8 block-quantised copy of the policy for rollouts.")
+    fp8: bool = Field(
+        default=False, description="Serve an FP8 block-quantised copy of the policy for rollouts."
+    )
     fp8_bf16_first_layers: int = Field(default=0, description="Leading layers kept in BF16 in the FP8 copy.")
 
 
@@ -58,4 +62,18 @@ class ProductionConfig(_Strict):
     node_hours: float | None = Field(default=None, description="Node-hours the paper reports, if stated.")
     extra_args: dict[str, Any] = Field(
         default_factory=dict, description="Further slime flags (validated against the pinned flag table)."
+    )
+    max_prompt_tokens: int = Field(
+        default=8192,
+        description="Prompts longer than this are dropped at load (slime --rollout-max-prompt-len).",
+    )
+    eval_interval: int | None = Field(
+        default=None, description="RL: held-out eval every N rollouts (defaults to save_interval)."
+    )
+    lr_decay_iters: int | None = Field(
+        default=None, description="Optimizer steps a cosine schedule decays over (SFT: steps/epoch × epochs)."
+    )
+    agent_generate: str | None = Field(
+        default=None,
+        description="Dotted path of the agent generate function (infra.agents) for agent stages.",
     )

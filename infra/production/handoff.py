@@ -1,0 +1,127 @@
+"""Export a stage's torch_dist checkpoint to HF and verify the handoff to the next stage (cluster CLI).
+
+``python -m infra.production.handoff export`` picks the iteration (the latest, or ``--iteration N`` for a
+checkpoint chosen by held-out eval) and runs slime's ``tools/convert_torch_dist_to_hf.py`` with
+``--origin-hf-dir`` so tokenizer and config come from the stage's input. ``verify`` checks what the next
+stage depends on: the model shape in ``config.json`` is unchanged, the tokenizer files and chat template
+are byte-identical to the input's, every weight the input has is present, and the export is not an FP8
+copy. Pure file checks, so they run (and are tested) without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from infra.production.model_args import HF_SHAPE
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def iteration_dir(torch_dist: Path, iteration: int | None = None) -> Path:
+    """The ``iter_XXXXXXX`` folder of ``iteration``, or of the latest one Megatron recorded."""
+    if iteration is None:
+        marker = torch_dist / "latest_checkpointed_iteration.txt"
+        if not marker.is_file():
+            raise FileNotFoundError(f"{marker}: no checkpoint recorded in {torch_dist}")
+        text = marker.read_text().strip()
+        if not text.isdigit():
+            raise ValueError(f"{marker}: expected an iteration number, got {text!r}")
+        iteration = int(text)
+    path = torch_dist / f"iter_{iteration:07d}"
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: iteration folder missing")
+    return path
+
+
+def convert_argv(
+    iter_dir: str, output_dir: str, origin_hf_dir: str, slime_dir: str, vocab_size: int
+) -> list[str]:
+    """slime's torch_dist → HF conversion command for one iteration folder."""
+    return [
+        sys.executable,
+        f"{slime_dir}/tools/convert_torch_dist_to_hf.py",
+        "--input-dir",
+        iter_dir,
+        "--output-dir",
+        output_dir,
+        "--origin-hf-dir",
+        origin_hf_dir,
+        "--vocab-size",
+        str(vocab_size),
+        "--force",
+    ]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _weight_names(hf_dir: Path) -> set[str] | None:
+    index = hf_dir / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text()).get("weight_map", {}))
+    return None
+
+
+def verify_handoff(hf_dir: Path, origin_hf_dir: Path) -> list[str]:
+    """Return the problems of an HF export relative to the stage's input (empty = a good handoff)."""
+    problems: list[str] = []
+    cfg_path, origin_cfg_path = hf_dir / "config.json", origin_hf_dir / "config.json"
+    if not cfg_path.is_file():
+        return [f"{cfg_path}: missing"]
+    cfg = json.loads(cfg_path.read_text())
+    origin = json.loads(origin_cfg_path.read_text()) if origin_cfg_path.is_file() else {}
+    for key in HF_SHAPE:
+        if key in origin and cfg.get(key) != origin[key]:
+            problems.append(f"{cfg_path}: {key} = {cfg.get(key)!r}, input has {origin[key]!r}")
+    if "quantization_config" in cfg:
+        problems.append(f"{cfg_path}: has quantization_config (an FP8 rollout copy, not a BF16 export)")
+    for name in TOKENIZER_FILES:
+        a, b = hf_dir / name, origin_hf_dir / name
+        if b.is_file() and (not a.is_file() or _sha(a) != _sha(b)):
+            problems.append(f"{a}: differs from the input's {name} (tokenizer/chat template must not change)")
+    mine, theirs = _weight_names(hf_dir), _weight_names(origin_hf_dir)
+    if theirs is not None:
+        if mine is None:
+            problems.append(f"{hf_dir}: no model.safetensors.index.json")
+        elif theirs - mine:
+            missing = sorted(theirs - mine)
+            problems.append(f"{hf_dir}: {len(missing)} weights of the input are missing, e.g. {missing[:3]}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``export`` (select iteration + convert) or ``verify``; non-zero exit on any problem."""
+    ap = argparse.ArgumentParser(prog="python -m infra.production.handoff")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("export")
+    ex.add_argument("--torch-dist", required=True, type=Path)
+    ex.add_argument("--iteration", type=int)
+    ex.add_argument("--output-dir", required=True)
+    ex.add_argument("--origin-hf-dir", required=True)
+    ex.add_argument("--slime-dir", default="/root/slime")
+    ex.add_argument("--vocab-size", type=int, required=True)
+    ve = sub.add_parser("verify")
+    ve.add_argument("--hf-dir", required=True, type=Path)
+    ve.add_argument("--origin-hf-dir", required=True, type=Path)
+    args = ap.parse_args(argv)
+    if args.cmd == "export":
+        it = iteration_dir(args.torch_dist, args.iteration)
+        cmd = convert_argv(str(it), args.output_dir, args.origin_hf_dir, args.slime_dir, args.vocab_size)
+        print(" ".join(cmd), flush=True)
+        return subprocess.run(cmd, check=False).returncode
+    problems = verify_handoff(args.hf_dir, args.origin_hf_dir)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if not problems:
+        print(f"handoff OK: {args.hf_dir}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""Cluster bring-up for one stage: Ray head/worker commands, ``ray job submit`` and a KubeRay RayJob.
+
+The runtime env puts Megatron and this repository on ``PYTHONPATH`` (slime loads our hooks by dotted
+path inside its Ray actors) and sets ``CUDA_DEVICE_MAX_CONNECTIONS=1`` and the NCCL/GLOO settings of
+slime's multi-node scripts. ``${MASTER_ADDR}``/``${NODE_IP}`` are left for the shell to expand.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from infra.production.cluster import ClusterProfile
+
+
+def ray_head(cluster: ClusterProfile) -> list[str]:
+    """Start the Ray head on the first node."""
+    return [
+        "ray",
+        "start",
+        "--head",
+        "--node-ip-address",
+        "${MASTER_ADDR}",
+        "--num-gpus",
+        str(cluster.gpus_per_node),
+        "--disable-usage-stats",
+        "--dashboard-host=0.0.0.0",
+        "--dashboard-port=8265",
+    ]
+
+
+def ray_worker(cluster: ClusterProfile) -> list[str]:
+    """Join one worker node (run on each of the other N-1 nodes)."""
+    return [
+        "ray",
+        "start",
+        "--address=${MASTER_ADDR}:6379",
+        "--num-gpus",
+        str(cluster.gpus_per_node),
+        "--node-ip-address",
+        "${NODE_IP}",
+        "--disable-usage-stats",
+    ]
+
+
+def runtime_env_json(cluster: ClusterProfile) -> str:
+    """The ``--runtime-env-json`` value (MASTER_ADDR expanded by the shell at submit time)."""
+    env = {**cluster.runtime_env(), "MASTER_ADDR": "${MASTER_ADDR}"}
+    return json.dumps({"env_vars": env}, sort_keys=True)
+
+
+def job_submit(cluster: ClusterProfile, entry: str, train_argv: list[str]) -> list[str]:
+    """``ray job submit`` of slime's entry point with the stage's arguments."""
+    return [
+        "ray",
+        "job",
+        "submit",
+        f"--address={cluster.dashboard}",
+        f"--runtime-env-json={runtime_env_json(cluster)}",
+        "--",
+        "python3",
+        f"{cluster.slime_dir}/{entry}",
+        *train_argv,
+    ]
+
+
+def rayjob_manifest(name: str, nodes: int, cluster: ClusterProfile, entrypoint: str) -> str:
+    """A KubeRay ``RayJob`` (one head + N-1 workers, 8 GPUs each) running ``entrypoint``."""
+    env = [{"name": k, "value": v} for k, v in sorted(cluster.runtime_env().items())]
+    res = {
+        "limits": {"nvidia.com/gpu": cluster.gpus_per_node},
+        "requests": {"nvidia.com/gpu": cluster.gpus_per_node},
+    }
+
+    def pod(role: str) -> dict[str, Any]:
+        return {
+            "spec": {
+                "containers": [
+                    {
+                        "name": role,
+                        "image": cluster.image,
+                        "env": env,
+                        "resources": res,
+                        "volumeMounts": [
+                            {"name": "shared", "mountPath": "/mnt/rufus"},
+                            {"name": "dshm", "mountPath": "/dev/shm"},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {"name": "shared", "persistentVolumeClaim": {"claimName": "rufus-shared"}},
+                    {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                ],
+            }
+        }
+
+    manifest = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "spec": {
+            "entrypoint": entrypoint,
+            "shutdownAfterJobFinishes": True,
+            "runtimeEnvYAML": yaml.safe_dump({"env_vars": cluster.runtime_env()}, sort_keys=True),
+            "rayClusterSpec": {
+                "headGroupSpec": {
+                    "rayStartParams": {"num-gpus": str(cluster.gpus_per_node), "dashboard-host": "0.0.0.0"},
+                    "template": pod("ray-head"),
+                },
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "gpu",
+                        "replicas": nodes - 1,
+                        "minReplicas": nodes - 1,
+                        "maxReplicas": nodes - 1,
+                        "rayStartParams": {"num-gpus": str(cluster.gpus_per_node)},
+                        "template": pod("ray-worker"),
+                    }
+                ],
+            },
+        },
+    }
+    return yaml.safe_dump(manifest, sort_keys=False)

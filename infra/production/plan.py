@@ -1,0 +1,246 @@
+"""The production runbook of a recipe: per stage, the commands to paste on an 8×H200 Ray cluster.
+
+``rufus plan RECIPE`` calls :func:`render_plan` then :func:`format_plan` (``--format text|json``),
+:func:`check_plan` for ``--check`` and :func:`execute_plan` for ``--execute``. Stages chain through
+their HF exports: stage k trains from stage k-1's ``hf`` folder, the first from the recipe's base model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra.production import chain, launch
+from infra.production.cluster import ClusterProfile
+from infra.production.render import TrainArgs, num_phases, render_train_args
+from infra.recipe import LoadedRecipe, load_recipe
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RECIPE = REPO_ROOT / "recipes" / "rufus-air.yaml"
+
+
+@dataclass
+class Step:
+    """One command of the runbook: a name, where it runs and its argv (``${VAR}`` left to the shell)."""
+
+    name: str
+    argv: list[str]
+    where: str = "head"
+
+
+@dataclass
+class StagePlan:
+    """Everything one stage needs on the cluster."""
+
+    stage: str
+    kind: str
+    nodes: int
+    init_hf: str
+    export_hf: str
+    node_hours: float | None
+    steps: list[Step]
+    trains: list[TrainArgs]
+    files: dict[str, str] = field(default_factory=dict)
+    rayjobs: dict[str, str] = field(default_factory=dict)
+    paper: tuple[str, str] = ("", "")
+
+
+def render_stage(
+    stage_id: str, config: Any, init_hf: str, cluster: ClusterProfile, run_name: str, seed: int
+) -> StagePlan:
+    """Render one stage: data/FP8 preparation, one train job per phase, export and handoff verification."""
+    prod = config.production
+    steps: list[Step] = []
+    if config.kind == "sft":
+        data = cluster.stage_data(stage_id)
+        steps.append(
+            Step(
+                "sft_tokenize",
+                [
+                    "python3",
+                    "-m",
+                    "infra.production.sft_data",
+                    "--input",
+                    str(data / "train.jsonl"),
+                    "--output",
+                    str(data / "train.tokens.jsonl"),
+                    "--tokenizer",
+                    init_hf,
+                ],
+            )
+        )
+    if config.kind == "rl" and prod.sglang.fp8:
+        for i, argv in enumerate(
+            chain.fp8_commands(stage_id, init_hf, cluster, prod.sglang.fp8_bf16_first_layers)
+        ):
+            steps.append(Step(f"fp8_convert_{i}", argv))
+    if not cluster.native_hf_load:
+        steps.append(
+            Step(
+                "hf_to_torch_dist",
+                chain.hf_to_torch_dist_command(
+                    init_hf, str(cluster.stage_ckpt(stage_id) / "input_torch_dist"), cluster
+                ),
+            )
+        )
+    steps.append(Step("ray_head", launch.ray_head(cluster), where="node 0"))
+    if prod.nodes > 1:
+        steps.append(Step("ray_worker", launch.ray_worker(cluster), where=f"nodes 1..{prod.nodes - 1}"))
+    trains, files, rayjobs = [], {}, {}
+    for phase in range(num_phases(config)):
+        t = render_train_args(stage_id, config, cluster, init_hf, run_name=run_name, seed=seed, phase=phase)
+        if not cluster.native_hf_load:
+            i = t.sections["CKPT_ARGS"].index("--ref-load")
+            t.sections["CKPT_ARGS"][i + 1] = str(cluster.stage_ckpt(stage_id) / "input_torch_dist")
+        trains.append(t)
+        files.update(t.files)
+        submit = launch.job_submit(cluster, t.entry, t.argv)
+        steps.append(Step(f"train_phase{phase}", submit))
+        name = f"{run_name}-{stage_id}-p{phase}".replace("_", "-").lower()
+        entry = shlex.join(["python3", f"{cluster.slime_dir}/{t.entry}", *t.argv])
+        rayjobs[name] = launch.rayjob_manifest(name, prod.nodes, cluster, entry)
+    for i, argv in enumerate(chain.export_commands(stage_id, init_hf, cluster, num_phases(config) - 1)):
+        steps.append(Step(["export_hf", "verify_handoff"][i], argv))
+    return StagePlan(
+        stage_id,
+        config.kind,
+        prod.nodes,
+        init_hf,
+        cluster.hf_export(stage_id),
+        prod.node_hours,
+        steps,
+        trains,
+        files,
+        rayjobs,
+        (config.paper.source, config.paper.section),
+    )
+
+
+def render_plan(loaded: LoadedRecipe, cluster: ClusterProfile | None = None) -> list[StagePlan]:
+    """Render every stage of a loaded recipe, chained through HF exports."""
+    cluster = cluster or ClusterProfile()
+    init = cluster.base_hf(loaded.recipe.base.model)
+    plans = []
+    for st in loaded.stages:
+        plans.append(render_stage(st.id, st.config, init, cluster, loaded.recipe.name, loaded.recipe.seed))
+        init = plans[-1].export_hf
+    return plans
+
+
+_VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def shell_quote(tok: str) -> str:
+    """Quote one argv token for bash, leaving ``${VAR}`` references expandable."""
+    if not _VAR.search(tok):
+        return shlex.quote(tok)
+    escaped = tok.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+    escaped = re.sub(r"\$(?!\{[A-Za-z_])", r"\\$", escaped)
+    return f'"{escaped}"'
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    """Split an argv into display lines: the program up to its first flag, then one flag (+ values) each."""
+    first = next((i for i, t in enumerate(argv) if t.startswith("--") and t != "--"), len(argv))
+    lines = [" ".join(shell_quote(t) for t in argv[:first])]
+    for tok in argv[first:]:
+        if tok.startswith("-") and not lines[-1].endswith(" --") or len(lines) == 1:
+            lines.append(shell_quote(tok))
+        else:
+            lines[-1] += " " + shell_quote(tok)
+    return lines
+
+
+def commands_sh(plan: StagePlan) -> str:
+    """A bash script for one stage: hook files, then every step (``# where:`` says which node)."""
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Stage {plan.stage}: {plan.nodes} nodes × 8 H200",
+        "set -euo pipefail",
+        "",
+    ]
+    for path, text in plan.files.items():
+        lines += [
+            f"mkdir -p {shlex.quote(str(Path(path).parent))}",
+            f"cat > {shlex.quote(path)} <<'EOF'",
+            text.rstrip("\n"),
+            "EOF",
+            "",
+        ]
+    for step in plan.steps:
+        lines.append(f"# {step.name} (where: {step.where})")
+        head, *groups = _argv_lines(step.argv)
+        lines.append(" \\\n    ".join([head, *groups]))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def format_plan(plans: list[StagePlan], fmt: str = "text") -> str:
+    """The runbook as text (bash per stage) or JSON (``stage``, ``nodes``, ``commands`` argv lists, ...)."""
+    if fmt == "json":
+        return json.dumps(
+            [
+                {
+                    "stage": p.stage,
+                    "kind": p.kind,
+                    "nodes": p.nodes,
+                    "node_hours": p.node_hours,
+                    "init_hf": p.init_hf,
+                    "export_hf": p.export_hf,
+                    "commands": [s.argv for s in p.steps],
+                    "steps": [{"name": s.name, "where": s.where} for s in p.steps],
+                    "files": p.files,
+                }
+                for p in plans
+            ],
+            indent=2,
+        )
+    if fmt != "text":
+        raise ValueError(f"unknown plan format {fmt!r}; expected 'text' or 'json'")
+    parts = []
+    for p in plans:
+        hours = f", {p.node_hours:g} node-hours (paper)" if p.node_hours else ""
+        parts.append(f"### {p.stage} ({p.kind}, {p.nodes} nodes{hours})\n\n{commands_sh(p)}")
+    return "\n".join(parts)
+
+
+def check_plan(plans: list[StagePlan]) -> list[str]:
+    """Problems of a rendered plan (empty = OK); see :mod:`infra.production.validate`."""
+    from infra.production.validate import validate_plan
+
+    return validate_plan(plans)
+
+
+def execute_plan(plans: list[StagePlan], *, only_where: str = "head") -> None:
+    """Run the plan for real from the head node: write hook files, run each head step, stop on failure.
+
+    Worker steps (``ray start --address``) must run on the other nodes; this prints them instead.
+    """
+    for p in plans:
+        for path, text in p.files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+        for step in p.steps:
+            if step.where.startswith("nodes"):
+                print(f"[{p.stage}] run on {step.where}: {shlex.join(step.argv)}")
+                continue
+            argv = [os.path.expandvars(t) for t in step.argv]
+            print(f"[{p.stage}] {step.name}: {shlex.join(argv)}", flush=True)
+            subprocess.run(argv, check=True)
+
+
+def render_stage_command_text(
+    stage_id: str, recipe: Path | None = None, cluster: ClusterProfile | None = None
+) -> str:
+    """The bash runbook of one stage of ``recipes/rufus-air.yaml`` (for the stage README)."""
+    loaded = load_recipe(recipe or DEFAULT_RECIPE, profile="production")
+    for p in render_plan(loaded, cluster):
+        if p.stage == stage_id:
+            return commands_sh(p)
+    raise KeyError(f"no stage {stage_id!r} in {recipe or DEFAULT_RECIPE}")

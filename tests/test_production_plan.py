@@ -1,0 +1,143 @@
+"""Production backend: rendered slime commands for the fixture copy of recipes/rufus-air.yaml.
+
+No GPU or slime here: commands are rendered and validated against the pinned flag table only. Golden
+files are regenerated with ``RUFUS_REGEN_GOLDEN=1 pytest tests/test_production_plan.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from infra.backends import StageJob
+from infra.production.backend import ProductionBackend
+from infra.production.flags import check_argv
+from infra.production.plan import check_plan, format_plan, render_plan
+from infra.production.validate import cross_flag_problems, table16_problems
+from infra.recipe import load_recipe
+
+FIXTURE = Path(__file__).parent / "fixtures" / "production" / "recipes" / "air.yaml"
+GOLDEN = Path(__file__).parent / "golden" / "production"
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_recipe(FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def plans(loaded):
+    return render_plan(loaded)
+
+
+def test_plan_is_valid_and_matches_table16(plans):
+    assert check_plan(plans) == []
+    data = json.loads(format_plan(plans, "json"))
+    assert [(d["stage"], d["nodes"]) for d in data] == [
+        ("00_sft", 64),
+        ("01_reasoning_rl", 8),
+        ("02_coding_rl", 32),
+        ("03_if_rl", 8),
+    ]
+    assert all(
+        isinstance(c, list) and all(isinstance(t, str) for t in c) for d in data for c in d["commands"]
+    )
+    assert data[0]["node_hours"] == 19968
+
+
+def test_stages_chain_through_hf_exports(plans):
+    for prev, cur in zip(plans, plans[1:], strict=False):
+        ckpt = cur.trains[0].sections["CKPT_ARGS"]
+        assert ckpt[ckpt.index("--ref-load") + 1] == prev.export_hf
+
+
+def test_sft_and_rl_specifics(plans):
+    sft = plans[0].trains[0].argv
+    for tok in (
+        "sft_loss",
+        "--debug-train-only",
+        "--calculate-per-token-loss",
+        "infra.production.sft_rollout.generate_rollout",
+    ):
+        assert tok in sft
+    assert sft[sft.index("--rollout-batch-size") + 1] == sft[sft.index("--global-batch-size") + 1] == "4096"
+    rl = plans[1].trains[0].argv
+    assert rl[rl.index("--over-sampling-batch-size") + 1] == "1024"
+    assert "--use-rollout-routing-replay" in rl and "--use-tis" in rl
+    assert rl[rl.index("--rollout-stop-token-ids") + 1 : rl.index("--rollout-stop-token-ids") + 4] == [
+        "151329",
+        "151336",
+        "151338",
+    ]
+    assert "infra.production.slime_hooks.band_filter" in rl
+    coding = plans[2]
+    assert len(coding.trains) == 2
+    p1 = coding.trains[1].argv
+    assert p1[p1.index("--start-rollout-id") + 1] == "23" and p1[p1.index("--num-rollout") + 1] == "34"
+    assert "--use-kl-loss" in p1 and p1[p1.index("--kl-loss-coef") + 1] == "1e-06"
+
+
+def test_typos_bad_values_and_rules_are_caught():
+    assert any("unknown flag --rollout-batchsize" in p for p in check_argv(["--rollout-batchsize", "4"]))
+    assert any("not one of" in p for p in check_argv(["--advantage-estimator", "gpro"]))
+    assert any("not a valid int" in p for p in check_argv(["--rollout-batch-size", "4.5"]))
+    assert any("nargs" in p for p in check_argv(["--rollout-stop-token-ids"]))
+    bad = [
+        "--rollout-batch-size",
+        "256",
+        "--n-samples-per-prompt",
+        "16",
+        "--num-steps-per-rollout",
+        "2",
+        "--global-batch-size",
+        "1024",
+        "--num-rollout",
+        "3",
+    ]
+    assert any("global-batch-size 1024" in p for p in cross_flag_problems(bad))
+    assert any("--lr 1.5e-06 missing" in p for p in table16_problems("3.4", "rl", [["--lr", "1e-06"]]))
+
+
+def test_extra_args_typo_fails_check(loaded):
+    stage = loaded.stages[3]
+    cfg = stage.config.model_copy(deep=True)
+    cfg.production.extra_args = {"sglang-mem-fraktion-static": 0.5}
+    stage2 = type(stage)(
+        stage.id,
+        stage.folder,
+        cfg,
+        stage.profile,
+        stage.resolved,
+        stage.data_params,
+        stage.config_hash,
+        stage.code_hash,
+    )
+    plans = render_plan(type(loaded)(loaded.path, loaded.recipe, [stage2]))
+    assert any("unknown flag --sglang-mem-fraktion-static" in p for p in check_plan(plans))
+
+
+def test_backend_writes_launch_files_and_dry_run(loaded, tmp_path):
+    job = StageJob(
+        stage=loaded.stages[1], stage_dir=tmp_path, init_checkpoint=Path("/mnt/rufus/ckpt/00_sft/hf"), seed=0
+    )
+    result = ProductionBackend().train(job)
+    assert result.summary == {"dry_run": 1}
+    assert str(result.export_dir) == "/mnt/rufus/ckpt/01_reasoning_rl/hf"
+    launch = tmp_path / "launch"
+    assert "ray job submit" in (launch / "commands.sh").read_text()
+    assert "kind: RayJob" in (launch / "rayjob.yaml").read_text()
+    assert json.loads((launch / "argv.json").read_text())["problems"] == []
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_golden(plans, fmt):
+    path = GOLDEN / f"rufus-air.{fmt}"
+    text = format_plan(plans, fmt)
+    if os.environ.get("RUFUS_REGEN_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"{path} missing: run with RUFUS_REGEN_GOLDEN=1"
+    assert text == path.read_text()
