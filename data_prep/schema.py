@@ -48,11 +48,15 @@ class SFTSample(BaseModel):
 
     id: str
     messages: list[Message]
-    tools: list[dict[str, Any]] | None = Field(default=None, description="JSON tool schemas shown in the system turn.")
+    tools: list[dict[str, Any]] | None = Field(
+        default=None, description="JSON tool schemas shown in the system turn."
+    )
     source: str = ""
     category: str = ""
     num_tokens: int | None = Field(default=None, description="Length under the production chat template.")
-    long_bucket: bool = Field(default=False, description="32K–120K tokens: bucket-sampled with fewer neighbours.")
+    long_bucket: bool = Field(
+        default=False, description="32K–120K tokens: bucket-sampled with fewer neighbours."
+    )
 
 
 class PromptRow(BaseModel):

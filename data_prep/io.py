@@ -1,0 +1,137 @@
+"""Streaming JSONL input/output for data prep.
+
+Reading never crashes on bad input: a line that is not valid JSON, or not a JSON object, is dropped and
+counted by reason in a :class:`MalformedCounter`, with ``file:line`` in the kept example message, so a
+run's manifest can say exactly what was thrown away. Writing is atomic (temporary file, then rename)
+and hashes the bytes as they are written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+
+class MalformedCounter:
+    """Counts dropped records by reason and keeps the first few messages (``file:line: why``)."""
+
+    def __init__(self, max_examples: int = 20) -> None:
+        self.counts: Counter[str] = Counter()
+        self.examples: list[str] = []
+        self.max_examples = max_examples
+
+    def add(self, reason: str, where: str, detail: str = "") -> None:
+        """Record one dropped record; ``where`` is ``file:line`` or a record id."""
+        self.counts[reason] += 1
+        if len(self.examples) < self.max_examples:
+            self.examples.append(f"{where}: {reason}" + (f" ({detail})" if detail else ""))
+
+    def merge(self, other: MalformedCounter) -> None:
+        """Add another counter's counts and examples to this one."""
+        self.counts.update(other.counts)
+        room = self.max_examples - len(self.examples)
+        self.examples.extend(other.examples[: max(room, 0)])
+
+    @property
+    def total(self) -> int:
+        """Number of records dropped."""
+        return sum(self.counts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """Counts by reason plus example messages, for manifests and reports."""
+        return {
+            "total": self.total,
+            "by_reason": dict(sorted(self.counts.items())),
+            "examples": self.examples,
+        }
+
+
+def read_jsonl(path: str | Path, malformed: MalformedCounter | None = None) -> Iterator[tuple[str, dict]]:
+    """Yield ``(file:line, row)`` for each JSON object line; bad lines are dropped and counted."""
+    malformed = malformed if malformed is not None else MalformedCounter()
+    path = Path(path)
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            where = f"{path}:{lineno}"
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                malformed.add("invalid_json", where, exc.msg)
+                continue
+            if not isinstance(row, dict):
+                malformed.add("not_an_object", where, type(row).__name__)
+                continue
+            yield where, row
+
+
+class JsonlWriter:
+    """Atomic JSONL writer: rows go to ``<path>.tmp``; ``close()`` renames it and returns the sha256."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(self.path.name + ".tmp")
+        self._fh: IO[bytes] = self._tmp.open("wb")
+        self._sha = hashlib.sha256()
+        self.count = 0
+        self.sha256: str | None = None
+
+    def write(self, row: dict) -> None:
+        """Append one row."""
+        data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        self._fh.write(data)
+        self._sha.update(data)
+        self.count += 1
+
+    def close(self) -> str:
+        """Flush, rename into place and return the file's sha256."""
+        if self.sha256 is None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            os.replace(self._tmp, self.path)
+            self.sha256 = self._sha.hexdigest()
+        return self.sha256
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # leave no half-written output behind
+            self._fh.close()
+            self._tmp.unlink(missing_ok=True)
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict]) -> str:
+    """Write ``rows`` atomically and return the file's sha256."""
+    with JsonlWriter(path) as writer:
+        for row in rows:
+            writer.write(row)
+    return writer.close()
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    """Return the sha256 hex digest of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

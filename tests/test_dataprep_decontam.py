@@ -1,0 +1,184 @@
+"""Decontamination: planted phrases, paraphrase near-misses, short items, chain order, engines, CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from data_prep.benchmarks import BenchmarkItem, load_benchmark
+from data_prep.cli import decontam_app
+from data_prep.decontaminate import build_index, item_phrases, iter_scan, normalize, scan_texts
+
+FIX = Path(__file__).parent / "fixtures" / "dataprep"
+rng = random.Random(0)
+VOCAB = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 8))) for _ in range(3000)]
+
+
+def _text(n: int, seed: int) -> str:
+    r = random.Random(seed)
+    return " ".join(r.choices(VOCAB, k=n))
+
+
+ITEMS = [BenchmarkItem(f"q{i}", _text(80, i)) for i in range(30)]
+
+
+def test_phrase_sampling_is_evenly_spaced_and_exhaustive_takes_all():
+    words = normalize(ITEMS[0].text).split()
+    sampled = item_phrases(ITEMS[0].text)
+    assert len(sampled) == 20
+    assert (
+        sampled[0] == b" " + b" ".join(words[:8]) + b" "
+        and sampled[-1] == b" " + b" ".join(words[-8:]) + b" "
+    )
+    assert len(item_phrases(ITEMS[0].text, exhaustive=True)) == 73
+
+
+def test_planted_copy_is_removed_and_paraphrase_near_miss_kept():
+    index = build_index([("ifeval", ITEMS, False)])
+    item = ITEMS[7].text.split()
+    planted = "Here is my task:\n" + " ".join(item[:50]).upper().replace(" ", ",  ") + "\nthanks"
+    # A near-miss: every 6th word changed, so no 8-word phrase survives intact.
+    paraphrase = " ".join(w if i % 6 else "changed" for i, w in enumerate(item))
+    partial = " ".join(item[:20])  # under half of the phrases
+    results = scan_texts(index, [planted, paraphrase, partial, _text(400, 99)])
+    assert results[0] is not None and results[0].benchmark == "ifeval" and results[0].item_id == "q7"
+    assert results[0].hits >= 10
+    assert results[1:] == [None, None, None]
+
+
+def test_short_items_rule():
+    short = [BenchmarkItem("s5", "Write a haiku about autumn."), BenchmarkItem("s2", "Hello world")]
+    index = build_index([("ifeval", short, False)])
+    assert index.skipped_short["ifeval"] == 1  # two words: too generic to screen
+    results = scan_texts(
+        index, ["please write a haiku about autumn!", "hello world", "write a haiku about spring"]
+    )
+    assert results[0] is not None and results[0].item_id == "s5" and results[1:] == [None, None]
+
+
+def test_chain_order_charges_first_benchmark_and_engines_agree():
+    shared = ITEMS[3]
+    index = build_index(
+        [("terminal-bench-2.0", [shared], False), ("ifeval", ITEMS, False), ("aime24", ITEMS[:5], True)]
+    )
+    texts = [shared.text, ITEMS[4].text, _text(300, 5), ITEMS[10].text[:200]]
+    by_engine = {e: scan_texts(index, texts, e) for e in ("hash", "aho", "naive")}
+    assert by_engine["hash"][0].benchmark == "terminal-bench-2.0"
+    assert by_engine["hash"][1].benchmark == "ifeval"
+    assert by_engine["hash"] == by_engine["aho"] == by_engine["naive"]
+
+
+def test_parallel_streaming_keeps_order_and_results():
+    index = build_index([("ifeval", ITEMS, False)])
+    texts = [ITEMS[i % 30].text if i % 7 == 0 else _text(200, 1000 + i) for i in range(60)]
+    serial = list(iter_scan(enumerate(texts), index, workers=1, batch_bytes=2000))
+    parallel = list(iter_scan(enumerate(texts), index, workers=2, batch_bytes=2000))
+    assert serial == parallel and [p for p, _ in parallel] == list(range(60))
+    assert sum(m is not None for _, m in parallel) == 9
+
+
+def test_benchmark_loaders_read_public_formats(tmp_path):
+    gpqa = tmp_path / "gpqa_diamond.csv"
+    gpqa.write_text(
+        "Record ID,Question,Correct Answer\nrec1,What is the spin of a photon in units of hbar?,1\n"
+    )
+    tau = tmp_path / "tasks.json"
+    tau.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "t1",
+                    "user_scenario": {
+                        "instructions": {
+                            "reason_for_call": "You want to cancel order 42",
+                            "known_info": "Your name is Ann",
+                        }
+                    },
+                }
+            ]
+        )
+    )
+    tb = tmp_path / "tb"
+    (tb / "fix-git").mkdir(parents=True)
+    (tb / "fix-git" / "instruction.md").write_text("Recover the lost commit in /app.")
+    swe = tmp_path / "swe.jsonl"
+    swe.write_text(
+        json.dumps({"instance_id": "a__b-1", "problem_statement": "Crash on empty input"}) + "\n{bad\n"
+    )
+    assert load_benchmark("gpqa-diamond", gpqa) == [
+        BenchmarkItem("rec1", "What is the spin of a photon in units of hbar?")
+    ]
+    assert "cancel order 42" in load_benchmark("tau2-bench", tau)[0].text
+    assert load_benchmark("terminal-bench-2.0", tb)[0].id == "fix-git"
+    assert load_benchmark("swe-bench-verified", swe)[0].id == "a__b-1"
+    assert [i.id for i in load_benchmark("ifeval", FIX / "ifeval_input_data.jsonl")] == [
+        "1000",
+        "1001",
+        "1002",
+    ]
+    with pytest.raises(KeyError, match="unknown benchmark"):
+        load_benchmark("mmlu", swe)
+
+
+def _corpus(tmp_path: Path) -> Path:
+    ifeval = json.loads((FIX / "ifeval_input_data.jsonl").read_text().splitlines()[0])["prompt"]
+    aime = json.loads((FIX / "aime.jsonl").read_text())["problem"]
+    rows = [
+        {
+            "id": "leak-ifeval",
+            "messages": [{"role": "user", "content": ifeval}, {"role": "assistant", "content": "ok"}],
+        },
+        {"id": "leak-aime", "messages": [{"role": "user", "content": "Solve: " + aime}]},
+        {"id": "clean", "messages": [{"role": "user", "content": "Summarise the history of the Colosseum."}]},
+        {"id": "haiku", "messages": [{"role": "user", "content": "Write a haiku."}]},
+    ]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(r) for r in rows) + "\n{broken\n" + json.dumps({"messages": []}) + "\n"
+    )
+    return path
+
+
+def test_cli_mounted_as_subcommand_writes_outputs(tmp_path):
+    app = typer.Typer()
+    app.add_typer(decontam_app, name="decontam")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "decontam",
+            "--benchmark",
+            f"ifeval={FIX / 'ifeval_input_data.jsonl'}",
+            "--benchmark",
+            f"aime24={FIX / 'aime.jsonl'}",
+            "--corpus",
+            str(_corpus(tmp_path)),
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert sorted(report["removed_ids"]) == ["leak-aime", "leak-ifeval"]
+    assert report["removed_per_benchmark"] == {"ifeval": 1, "aime24": 1}
+    assert report["malformed"]["by_reason"] == {"invalid_json": 1, "missing_id": 1}
+    kept = [json.loads(x)["id"] for x in (out / "kept.jsonl").read_text().splitlines()]
+    assert kept == ["clean", "haiku"]
+    removed = [json.loads(x) for x in (out / "removed.jsonl").read_text().splitlines()]
+    assert removed[0]["decontam"]["item_id"] == "1000"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["outputs"]["kept.jsonl"]["sha256"] and manifest["malformed"]["total"] == 2
+
+
+def test_cli_rejects_unknown_benchmark(tmp_path):
+    result = CliRunner().invoke(
+        decontam_app,
+        ["--benchmark", "mmlu=x.jsonl", "--corpus", str(_corpus(tmp_path)), "--out", str(tmp_path / "o")],
+    )
+    assert result.exit_code != 0 and "unknown benchmark" in result.output
