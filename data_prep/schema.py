@@ -28,7 +28,7 @@ class ToolCall(BaseModel):
 
 
 class Message(BaseModel):
-    """One turn. ``reasoning`` is the ``<think>`` content of an assistant turn, kept apart from ``content``."""
+    """One turn; ``reasoning`` holds an assistant turn's ``<think>`` content, apart from ``content``."""
 
     model_config = ConfigDict(extra="forbid")
 

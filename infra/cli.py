@@ -32,6 +32,15 @@ app.add_typer(reward_app, name="reward")
 console = Console()
 
 
+def _mount_subcommands() -> None:
+    """Attach the commands that live beside their packages (decontam, reward code, rollout)."""
+    from data_prep.cli import decontam_app
+    from infra.agents.cli import rollout
+
+    app.add_typer(decontam_app, name="decontam")
+    app.command("rollout")(rollout)
+
+
 class PlanFormat(str, Enum):
     text = "text"
     json = "json"
@@ -182,6 +191,9 @@ def report(
 
     out = write_report(run_dir, compare=compare)
     console.print(f"report written to {out}")
+
+
+_mount_subcommands()
 
 
 def main() -> None:

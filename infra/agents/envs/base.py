@@ -1,0 +1,111 @@
+"""The environment interface every agent environment implements, the simulated user, and env lookup.
+
+An environment owns its tools (Strands ``AgentTool`` objects), its task generator, its verifier and its
+lifecycle (``reset`` before and ``cleanup`` after each episode, e.g. to boot and tear down a sandbox).
+The shape follows strands-env's ``Environment`` (tools, hooks, reset/cleanup, reward function); the
+episode itself is run by :func:`infra.agents.loop.run_episode`, which adds what strands-env's
+``Environment.rollout`` lacks (sequential tools, continuation, token budgets, typed aborts).
+Rewards use the recipe's one contract (:mod:`rewards.contract`), so an environment failure found while
+scoring is ``aborted``, never 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from strands.types.tools import AgentTool
+
+from infra.agents.contract import AgentTask
+from rewards.contract import RewardRequest, RewardResult
+
+#: Built-in environments by short name (``module:Class``), resolved lazily.
+ENVIRONMENTS: dict[str, str] = {"calculator": "infra.agents.envs.calculator:CalculatorEnv"}
+
+
+class SimulatedUser:
+    """A user who answers each time the model ends its turn, with replies given in advance.
+
+    Returns None when it has nothing more to say, which ends the episode with a final answer.
+    """
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+        self.turn = 0
+
+    def reply(self, transcript: list[dict[str, Any]]) -> str | None:
+        """Return the next user message, or None when the dialogue is over."""
+        if self.turn >= len(self.replies):
+            return None
+        self.turn += 1
+        return self.replies[self.turn - 1]
+
+
+class AgentEnvironment(ABC):
+    """An agent environment: tools, tasks, a verifier, a simulated user and a reset/cleanup lifecycle."""
+
+    name: ClassVar[str] = "env"
+    system_prompt: str | None = None
+
+    @abstractmethod
+    def tools(self) -> list[AgentTool]:
+        """Return the tools of the current episode (fresh objects after ``reset``)."""
+
+    @abstractmethod
+    def tasks(self, n: int, seed: int = 0) -> list[AgentTask]:
+        """Return ``n`` tasks generated deterministically from ``seed``."""
+
+    @abstractmethod
+    def score(self, task: AgentTask, request: RewardRequest) -> RewardResult:
+        """Return the reward of a finished episode (``request.response`` is the final answer text)."""
+
+    def simulated_user(self, task: AgentTask) -> SimulatedUser | None:
+        """Return the user who continues the dialogue after each final answer (None: single turn)."""
+        return SimulatedUser(task.user_turns) if task.user_turns else None
+
+    def hooks(self) -> list[Any]:
+        """Return extra Strands hooks for the episode."""
+        return []
+
+    async def reset(self, task: AgentTask) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Prepare the environment for ``task`` (boot sandboxes, open sessions)."""
+
+    async def cleanup(self) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Release what ``reset`` acquired."""
+
+
+def parse_env_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split ``NAME[:key=value,...]`` into the name and keyword arguments (ints/floats converted)."""
+    name, _, opts = spec.partition(":")
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, (o.strip() for o in opts.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"env spec {spec!r}: option {item!r} is not key=value")
+        for cast in (int, float):
+            try:
+                kwargs[key] = cast(value)
+                break
+            except ValueError:
+                continue
+        else:
+            kwargs[key] = {"true": True, "false": False}.get(value.lower(), value)
+    return name, kwargs
+
+
+def load_environment(spec: str) -> AgentEnvironment:
+    """Build the environment named by ``spec``: a built-in name or ``pkg.module.Class``, plus options."""
+    name, kwargs = parse_env_spec(spec)
+    target = ENVIRONMENTS.get(name)
+    if target is None:
+        if "." not in name:
+            raise KeyError(f"unknown environment {name!r}; built-in: {', '.join(sorted(ENVIRONMENTS))}")
+        module, _, attr = name.rpartition(".")
+    else:
+        module, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    env = cls(**kwargs)
+    if not isinstance(env, AgentEnvironment):
+        raise TypeError(f"env spec {spec!r} built {type(env).__name__}, not an AgentEnvironment")
+    return env

@@ -1,0 +1,114 @@
+"""slime custom generate function: run one agent episode and fill the slime ``Sample`` from its result.
+
+Wire it with ``--custom-generate-function-path infra.agents.slime_generate.generate`` and say which
+environment to run with a ``--custom-config-path`` YAML holding ``agent_env: <env spec>`` (slime sets
+every key on ``args``). Per-sample settings come from the data row: ``sample.prompt`` (chat messages or
+a string), ``sample.label`` (ground truth) and ``sample.metadata`` (``limits``, ``user_turns``,
+``tools``, ``task_id``).
+
+The sample is filled segment by segment with ``Sample.append_response_tokens``: model segments with
+``trainable=True`` and their rollout logprobs, tool/user/environment segments with ``trainable=False``
+(loss mask 0, logprob 0.0), so ``tokens``, ``response_length``, ``loss_mask`` and
+``rollout_log_probs`` stay aligned by slime's own helper. ``status`` comes from the termination:
+COMPLETED (final answer, tool error), TRUNCATED (budgets), ABORTED (infrastructure) or FAILED (model
+backend error); an unscored sample gets ``remove_sample=True`` and ``metadata["aborted"]=True`` so the
+group filter drops it before advantages, and its placeholder reward 0.0 is never trained on.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from infra.agents.contract import AgentTask, EpisodeLimits, RolloutResult, Termination
+
+_STATUS = {
+    Termination.FINAL_ANSWER: "COMPLETED",
+    Termination.TOOL_ERROR: "COMPLETED",
+    Termination.TOOL_BUDGET: "TRUNCATED",
+    Termination.ITERATION_BUDGET: "TRUNCATED",
+    Termination.MAX_TOKENS: "TRUNCATED",
+    Termination.CONTEXT_OVERFLOW: "TRUNCATED",
+    Termination.ABORTED: "ABORTED",
+    Termination.MODEL_ERROR: "FAILED",
+}
+
+
+def task_from_sample(sample: Any, max_new_tokens: int | None = None) -> AgentTask:
+    """Return the :class:`AgentTask` described by a slime sample's prompt, label and metadata."""
+    meta = dict(sample.metadata or {})
+    prompt = sample.prompt
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+    limits = dict(meta.get("limits") or {})
+    if max_new_tokens is not None:
+        limits.setdefault("max_new_tokens", max_new_tokens)
+    return AgentTask(
+        id=str(meta.get("task_id", sample.index)),
+        messages=messages,
+        tools=meta.get("tools_enabled"),
+        ground_truth=sample.label,
+        limits=EpisodeLimits(**limits),
+        user_turns=list(meta.get("user_turns") or []),
+        metadata={k: v for k, v in meta.items() if k not in ("limits", "user_turns", "tools_enabled")},
+    )
+
+
+def fill_sample(args: Any, sample: Any, result: RolloutResult, tokenizer: Any = None) -> Any:
+    """Write ``result`` into ``sample`` with ``append_response_tokens`` and return the sample."""
+    sample.tokens = list(result.prompt_ids)
+    sample.response_length = 0
+    sample.loss_mask = []
+    sample.rollout_log_probs = []
+    pos = 0
+    for is_model, length in result.segments:
+        ids = result.response_ids[pos : pos + length]
+        if is_model:
+            lps = result.rollout_logprobs[pos : pos + length]
+            sample.append_response_tokens(args, tokens=ids, log_probs=lps, trainable=True)
+        else:
+            sample.append_response_tokens(args, tokens=ids, trainable=False)
+        pos += length
+    if tokenizer is not None:
+        sample.response = tokenizer.decode(result.response_ids)
+    status = _STATUS[result.termination]
+    sample.status = getattr(type(sample).Status, status)
+    unscored = result.reward is None
+    sample.reward = 0.0 if unscored else result.reward
+    if unscored:
+        sample.remove_sample = True
+    sample.metadata = {
+        **(sample.metadata or {}),
+        "termination": result.termination.value,
+        "aborted": unscored,
+        "agent_metrics": {k: v for k, v in result.metrics.items() if k != "calls"},
+    }
+    return sample
+
+
+@functools.cache
+def _tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+
+
+async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
+    """slime custom generate: run the episode of ``sample`` on the SGLang router and fill the sample."""
+    from infra.agents.envs.base import load_environment
+    from infra.agents.loop import ModelEndpoint, run_episode
+
+    spec = getattr(args, "agent_env", None)
+    if not spec:
+        raise ValueError("slime args have no 'agent_env': set it in the --custom-config-path YAML")
+    tokenizer = _tokenizer(args.hf_checkpoint)
+    endpoint = ModelEndpoint(
+        base_url=f"http://{args.sglang_router_ip}:{args.sglang_router_port}",
+        tokenizer=tokenizer,
+        temperature=float(sampling_params.get("temperature", 1.0)),
+        top_p=float(sampling_params.get("top_p", 1.0)),
+        max_retries=60,
+        timeout=None,
+    )
+    task = task_from_sample(sample, sampling_params.get("max_new_tokens"))
+    result = await run_episode(load_environment(spec), task, endpoint)
+    return fill_sample(args, sample, result, tokenizer)

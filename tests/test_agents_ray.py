@@ -1,0 +1,38 @@
+"""Ray episode actors run calculator episodes in parallel processes against one ``/generate`` server.
+
+The model behind the server is the oracle double of ``tests/agents_scripted.py`` (stateless, so
+concurrent episodes share it); Ray, the actors, the loop and the environment are real.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from agents_scripted import micro_tokenizer, oracle_backend
+
+from infra.agents.contract import Termination
+from infra.agents.envs.calculator import CalculatorEnv
+from infra.agents.local_server import GenerateServer, micro_model_dir
+from infra.agents.ray_actors import run_episodes, start_actors
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.mark.slow
+def test_ray_actors_run_episodes_in_parallel() -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    tok = micro_tokenizer()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
+            actors = start_actors("calculator:turns=2", server.url, str(micro_model_dir()), 2)
+            tasks = CalculatorEnv(turns=2).tasks(4, seed=3)
+            results = run_episodes(actors, tasks, seed=0)
+            pids = set(ray.get([a.pid.remote() for a in actors]))
+        assert [r.task_id for r in results] == [t.id for t in tasks]
+        assert all(r.termination is Termination.FINAL_ANSWER and r.reward == 1.0 for r in results)
+        assert len(pids) == 2 and os.getpid() not in pids
+        assert len(server.requests) == 4 * 4  # two user turns x (tool call + answer) per episode
+    finally:
+        ray.shutdown()

@@ -1,0 +1,92 @@
+"""The slime adapter turns rollout results into correctly masked slime Samples.
+
+slime cannot be installed here, so :class:`SlimeShapedSample` re-implements the parts of
+``slime.utils.types.Sample`` the adapter touches (fields, ``Status``, ``append_response_tokens`` as
+documented in shared/reference/slime-interfaces.md §1.3); the episode itself is real, with the
+scripted ``/generate`` double of ``tests/agents_scripted.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents_scripted import ScriptedBackend, micro_tokenizer, tool_call
+
+from infra.agents.contract import Termination
+from infra.agents.envs.calculator import CalculatorEnv
+from infra.agents.local_server import GenerateServer
+from infra.agents.loop import ModelEndpoint, run_episode
+from infra.agents.slime_generate import fill_sample, task_from_sample
+
+
+@dataclass
+class SlimeShapedSample:
+    class Status(enum.Enum):
+        PENDING = "pending"
+        COMPLETED = "completed"
+        TRUNCATED = "truncated"
+        ABORTED = "aborted"
+        FAILED = "failed"
+
+    index: int = 0
+    prompt: Any = ""
+    label: Any = None
+    tokens: list[int] = field(default_factory=list)
+    response: str = ""
+    response_length: int = 0
+    reward: Any = None
+    loss_mask: list[int] | None = None
+    rollout_log_probs: list[float] | None = None
+    remove_sample: bool = False
+    status: Status = Status.PENDING
+    metadata: dict = field(default_factory=dict)
+
+    def append_response_tokens(self, args=None, *, tokens=None, log_probs=None, trainable=True, **kw):  # noqa: ANN001
+        if trainable and log_probs is None:
+            raise ValueError("trainable tokens need log_probs")
+        if not trainable and log_probs is not None:
+            raise ValueError("non-trainable tokens take no log_probs")
+        self.tokens = self.tokens + list(tokens)
+        self.response_length += len(tokens)
+        self.loss_mask = (self.loss_mask or []) + [int(trainable)] * len(tokens)
+        self.rollout_log_probs = (self.rollout_log_probs or []) + (
+            list(log_probs) if trainable else [0.0] * len(tokens)
+        )
+
+
+def _episode(turns: list, sample: SlimeShapedSample):  # noqa: ANN202
+    tok = micro_tokenizer()
+    with GenerateServer(ScriptedBackend(tok, turns), tok, max_context_tokens=4096) as server:
+        task = task_from_sample(sample, max_new_tokens=128)
+        return asyncio.run(run_episode(CalculatorEnv(), task, ModelEndpoint(server.url, tok)))
+
+
+def test_fill_sample_masks_tool_tokens_and_sets_status() -> None:
+    sample = SlimeShapedSample(
+        prompt="Compute 12 * 3. Answer as \\boxed{N}.", label="36", metadata={"task_id": "a"}
+    )
+    turns = [(tool_call("12 * 3"), "<|observation|>"), ("\\boxed{36}", "<|endoftext|>")]
+    result = _episode(turns, sample)
+    fill_sample(None, sample, result, micro_tokenizer())
+    assert sample.tokens == result.tokens and sample.response_length == result.response_length
+    assert sample.loss_mask == result.loss_mask and 0 in sample.loss_mask and 1 in sample.loss_mask
+    assert sample.rollout_log_probs == result.rollout_logprobs
+    assert all(lp == 0.0 for lp, m in zip(sample.rollout_log_probs, sample.loss_mask, strict=True) if m == 0)
+    assert sample.status is SlimeShapedSample.Status.COMPLETED and sample.reward == 1.0
+    assert not sample.remove_sample and sample.metadata["termination"] == "final_answer"
+
+
+def test_truncated_and_aborted_samples() -> None:
+    sample = SlimeShapedSample(prompt="Compute 1 + 1.", label="2", metadata={"limits": {"max_iterations": 1}})
+    result = _episode([(tool_call("1+1"), "<|observation|>")] * 2, sample)
+    fill_sample(None, sample, result)
+    assert sample.status is SlimeShapedSample.Status.TRUNCATED and not sample.remove_sample
+    aborted = result.model_copy(update={"termination": Termination.ABORTED, "reward": None})
+    fresh = SlimeShapedSample(prompt="x")
+    fill_sample(None, fresh, aborted)
+    assert (
+        fresh.status is SlimeShapedSample.Status.ABORTED and fresh.remove_sample and fresh.metadata["aborted"]
+    )
