@@ -1,0 +1,110 @@
+"""Steps shared by the RL stages' data prep (01, 03): held-out sets, overlap/decontamination, self-check.
+
+* :func:`write_stage_heldout` writes ``heldout/<metric>.jsonl`` for every target and guardrail metric;
+* :func:`drop_heldout_overlap` removes training rows whose prompt equals a held-out prompt (exact match
+  after whitespace/case normalisation), then :func:`decontaminate` runs the project's 8-gram screen
+  (``data_prep.decontaminate``) with the held-out sets (embedded) or benchmark files (production) as the
+  benchmark items;
+* :func:`reference_self_check` scores each row's reference solution with the row's own reward and keeps
+  only rows whose gold passes (the correctness filter when the reference stands in for the teacher).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from data_prep.decontam_pipeline import row_text
+from data_prep.decontaminate import build_index, scan_texts
+from data_prep.schema import PromptRow
+from data_prep.tiny_tasks import TinyTask, write_heldout
+from rewards.contract import RewardRequest, get_reward, safe_score
+
+
+def write_stage_heldout(metrics: Iterable[str], n: int, seed: int, heldout_dir: Path) -> dict[str, Path]:
+    """Write the held-out set of each metric; return ``metric -> path``."""
+    return {m: write_heldout(m, n, seed, heldout_dir) for m in dict.fromkeys(metrics)}
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def prompt_text(row: PromptRow | dict) -> str:
+    """Return the concatenated text of a row's prompt messages."""
+    data = row.model_dump() if isinstance(row, PromptRow) else row
+    return row_text({"prompt": data["prompt"]}) or ""
+
+
+def load_rows(paths: Iterable[Path]) -> list[dict]:
+    """Return the JSON rows of the given JSONL files."""
+    return [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line.strip()]
+
+
+def drop_heldout_overlap(rows: Sequence[Any], heldout_rows: Sequence[dict]) -> tuple[list[Any], int]:
+    """Return rows whose prompt text is not a held-out prompt, and how many were dropped.
+
+    ``rows`` are :class:`TinyTask` or :class:`PromptRow` objects.
+    """
+    held = {_norm(prompt_text(r)) for r in heldout_rows}
+    kept = [r for r in rows if _norm(prompt_text(_as_row(r))) not in held]
+    return kept, len(rows) - len(kept)
+
+
+def _as_row(item: Any) -> PromptRow:
+    return item.prompt_row() if isinstance(item, TinyTask) else item
+
+
+def decontaminate(
+    rows: Sequence[Any], benchmarks: dict[str, list[tuple[str, str]]]
+) -> tuple[list[Any], dict[str, Any]]:
+    """Screen rows against ``benchmarks`` (``name -> [(item id, text)]``) with the 8-gram rule.
+
+    Returns the kept rows and a report: items indexed, short items skipped, removed per benchmark.
+    """
+    from data_prep.benchmarks import BenchmarkItem
+
+    loaded = [(name, [BenchmarkItem(i, t) for i, t in items], False) for name, items in benchmarks.items()]
+    index = build_index(loaded)
+    matches = scan_texts(index, [prompt_text(_as_row(r)) for r in rows]) if rows else []
+    kept = [r for r, m in zip(rows, matches, strict=True) if m is None]
+    removed = Counter(m.benchmark for m in matches if m is not None)
+    report = {
+        "rule": "word 8-grams, >=50% of one item's phrases (data_prep.decontaminate)",
+        "items": {name: len(items) for name, items in benchmarks.items()},
+        "skipped_short_items": dict(index.skipped_short),
+        "scanned": len(rows),
+        "removed": sum(removed.values()),
+        "removed_per_benchmark": dict(removed),
+    }
+    return kept, report
+
+
+def heldout_benchmarks(heldout_paths: dict[str, Path]) -> dict[str, list[tuple[str, str]]]:
+    """Return the held-out sets as benchmark items (``metric -> [(id, prompt text)]``)."""
+    return {m: [(r["id"], prompt_text(r)) for r in load_rows([p])] for m, p in heldout_paths.items()}
+
+
+def reference_self_check(tasks: Sequence[TinyTask]) -> tuple[list[TinyTask], dict[str, int]]:
+    """Keep tasks whose reference response scores 1.0 under their own reward; count failures by reason."""
+    kept, failures = [], Counter()
+    for task in tasks:
+        result = safe_score(
+            get_reward(task.metadata["reward"]),
+            RewardRequest(
+                prompt=task.prompt, response=task.response(), label=task.label, metadata=task.metadata
+            ),
+        )
+        if result.score == 1.0 and not result.aborted:
+            kept.append(task)
+        else:
+            failures[result.failure or ("aborted" if result.aborted else "score_below_1")] += 1
+    return kept, dict(failures)
+
+
+def rows_to_jsonl(rows: Iterable[PromptRow]) -> Iterable[dict]:
+    """Yield rows as JSON-ready dicts."""
+    return (r.model_dump(mode="json") for r in rows)

@@ -1,0 +1,275 @@
+"""Data prep of Reasoning RL (paper §3.2, Table 5): math, science and puzzle prompts with binary verifiers.
+
+Steps, each counted in ``manifest.json``: load → family by keyword heuristic (where the source has no
+subject) → exact overlap with the held-out sets → 8-gram decontamination → correctness → learnability.
+
+* **embedded**: prompts come from ``data_prep.tiny_tasks`` (math word problems, reasoning-gym puzzles,
+  science QA). Correctness is the generator's reference solution scored by the stage's own reward (it
+  stands in for the strong teacher); the model-based learnability pass is skipped at this scale and the
+  manifest says so — the online (0, 0.8] band filter of the trainer still applies.
+* **production**: prompts are streamed by hub id with ``datasets.load_dataset`` (or from local JSONL
+  copies given in ``sources[].local_files``); decontamination uses local copies of the benchmarks
+  (``benchmarks``); correctness asks the teacher endpoint (``teacher``) for ``teacher_samples`` answers
+  and learnability the current policy's endpoint (``policy``) for ``learnability.samples``, both scored
+  with the stage's reward through ``data_prep.filters``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from data_prep import filters
+from data_prep.io import MalformedCounter, read_jsonl, write_jsonl
+from data_prep.manifest import Manifest
+from data_prep.schema import PromptRow
+from data_prep.tiny_tasks import generate
+from data_prep.tiny_tasks.rl_prep import (
+    decontaminate,
+    drop_heldout_overlap,
+    heldout_benchmarks,
+    load_rows,
+    reference_self_check,
+    rows_to_jsonl,
+    write_stage_heldout,
+)
+from rewards.contract import get_reward
+from rewards.reasoning import FAMILIES, assign_family
+
+
+class Learnability(BaseModel):
+    """Offline pass-rate band: drop pass rate > drop_above and (if drop_zero) never-solved prompts."""
+
+    model_config = ConfigDict(extra="forbid")
+    samples: int = Field(8, ge=1, description="Policy samples per prompt.")
+    drop_above: float = Field(0.8, description="Drop prompts solved more often than this.")
+    drop_zero: bool = Field(True, description="Drop prompts with zero observed success.")
+
+
+class Endpoint(BaseModel):
+    """An OpenAI-compatible chat endpoint (SGLang in production)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str
+    model: str
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
+
+
+class RLSource(BaseModel):
+    """One prompt source: a hub dataset (or local JSONL copies) and the fields holding problem/answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    hub_id: str
+    revision: str | None = Field(None, description="Hub commit to pin; recorded as 'unpinned' when None.")
+    config: str | None = None
+    split: str = "train"
+    question_key: str = "question"
+    answer_key: str = "answer"
+    family: str | None = Field(None, description="Family of every row; None = keyword heuristic per row.")
+    license: str = "see hub page"
+    local_files: list[str] = Field(
+        default_factory=list, description="Read these JSONL files instead of the hub."
+    )
+
+
+class Params(BaseModel):
+    """The ``data`` section of 01_reasoning_rl/launch.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+    families: dict[str, int] = Field(description="Prompts per family after filtering (Table 5).")
+    learnability: Learnability = Field(default_factory=Learnability)
+    teacher_correctness: bool = Field(True, description="Drop prompts the strong teacher never solves.")
+    teacher_samples: int = Field(
+        4, ge=1, description="Teacher samples per prompt for the correctness screen."
+    )
+    heldout_per_metric: int = Field(200, ge=1, description="Rows per held-out metric set.")
+    sources: list[RLSource] = Field(default_factory=list, description="Production prompt sources.")
+    benchmarks: dict[str, str] = Field(default_factory=dict, description="Benchmark name -> local file.")
+    teacher: Endpoint | None = None
+    policy: Endpoint | None = None
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, v: dict[str, int]) -> dict[str, int]:
+        unknown = set(v) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown families {sorted(unknown)}; expected keys among {FAMILIES}")
+        return v
+
+
+def _metrics(ctx: Any) -> list[str]:
+    cfg = ctx.stage.config.eval
+    return [*cfg.targets, *cfg.guardrails]
+
+
+def _params(ctx: Any) -> Params:
+    p = ctx.params
+    return p if isinstance(p, Params) else Params.model_validate(p)
+
+
+def prepare(ctx: Any) -> dict[str, Any]:
+    """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
+    params = _params(ctx)
+    manifest = Manifest(
+        "rl_prompts:01_reasoning_rl",
+        args={**params.model_dump(), "profile": ctx.profile, "seed": ctx.seed},
+        code_files=[Path(__file__)],
+    )
+    heldout = write_stage_heldout(_metrics(ctx), params.heldout_per_metric, ctx.seed, ctx.heldout_dir)
+    for path in heldout.values():
+        manifest.add_output(path)
+    if ctx.profile == "embedded":
+        rows = _embedded_rows(params, ctx.seed, heldout, manifest)
+    else:
+        rows = _production_rows(params, heldout, manifest)
+    train = ctx.out_dir / "train.jsonl"
+    manifest.add_output(train, write_jsonl(train, rows_to_jsonl(rows)))
+    manifest.write(ctx.out_dir / "manifest.json")
+    by_family: dict[str, int] = {}
+    for row in rows:
+        by_family[row.metadata["family"]] = by_family.get(row.metadata["family"], 0) + 1
+    return {"train": len(rows), "families": by_family, "heldout": {m: str(p) for m, p in heldout.items()}}
+
+
+def _embedded_rows(
+    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest
+) -> list[PromptRow]:
+    manifest.add_source(
+        {"name": "data_prep.tiny_tasks", "families": list(params.families), "license": "generated"}
+    )
+    tasks = [t for fam, n in params.families.items() for t in generate(fam, n, seed, "train")]
+    manifest.step("generated", len(tasks))
+    tasks, overlap = drop_heldout_overlap(tasks, load_rows(heldout.values()))
+    manifest.step("heldout_overlap", len(tasks), dropped=overlap)
+    tasks, report = decontaminate(tasks, heldout_benchmarks(heldout))
+    manifest.set("decontamination", report)
+    manifest.step("decontamination", len(tasks), dropped=report["removed"])
+    tasks, failures = reference_self_check(tasks)
+    manifest.step(
+        "correctness",
+        len(tasks),
+        rule="reference solution scores 1.0 under the stage reward",
+        dropped_by_reason=failures,
+    )
+    manifest.step(
+        "learnability",
+        len(tasks),
+        skipped=True,
+        reason="no generator for an offline pass-rate at tiny scale; the online (0, 0.8] band filter "
+        "still applies during training",
+    )
+    return [t.prompt_row() for t in tasks]
+
+
+def source_rows(source: RLSource, malformed: MalformedCounter) -> list[PromptRow]:
+    """Return the prompt rows of one source (hub via ``datasets.load_dataset``, or its local files)."""
+    if source.local_files:
+        records = ((w, r) for f in source.local_files for w, r in read_jsonl(f, malformed))
+    else:
+        import datasets
+
+        stream = datasets.load_dataset(
+            source.hub_id, name=source.config, split=source.split, revision=source.revision, streaming=True
+        )
+        records = ((f"{source.hub_id}#{i}", dict(r)) for i, r in enumerate(stream))
+    rows = []
+    for where, rec in records:
+        question, answer = rec.get(source.question_key), rec.get(source.answer_key)
+        if not isinstance(question, str) or not question.strip() or answer in (None, ""):
+            malformed.add(
+                "missing_question_or_answer", where, f"keys {source.question_key}/{source.answer_key}"
+            )
+            continue
+        family = source.family or assign_family(question)
+        rows.append(
+            PromptRow(
+                id=f"{source.name}-{len(rows)}",
+                prompt=[{"role": "user", "content": question}],
+                label=str(answer),
+                metadata={
+                    "reward": "reasoning",
+                    "family": family,
+                    "answer_format": "boxed",
+                    "source": source.name,
+                },
+            )
+        )
+    return rows
+
+
+def _production_rows(params: Params, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
+    malformed = MalformedCounter()
+    rows: list[PromptRow] = []
+    for source in params.sources:
+        manifest.add_source({**source.model_dump(), "revision": source.revision or "unpinned"})
+        rows += source_rows(source, malformed)
+    manifest.set("malformed", malformed.as_dict())
+    manifest.step("loaded", len(rows))
+    rows, overlap = drop_heldout_overlap(rows, load_rows(heldout.values()))
+    manifest.step("heldout_overlap", len(rows), dropped=overlap)
+    benchmarks = {
+        name: [(r["id"], r.get("text", "")) for r in _benchmark_items(name, path)]
+        for name, path in params.benchmarks.items()
+    }
+    rows, report = decontaminate(rows, benchmarks)
+    manifest.set("decontamination", report)
+    manifest.step("decontamination", len(rows), dropped=report["removed"])
+    reward = get_reward("reasoning")
+    rows = _endpoint_filter(
+        rows,
+        params.teacher if params.teacher_correctness else None,
+        filters.teacher_solvability(params.teacher_samples),
+        reward,
+        manifest,
+        "correctness",
+    )
+    rule = filters.BandRule(
+        "reasoning_learnability",
+        params.learnability.samples,
+        drop_above=params.learnability.drop_above,
+        drop_zero=params.learnability.drop_zero,
+    )
+    rows = _endpoint_filter(rows, params.policy, rule, reward, manifest, "learnability")
+    return _cap_families(rows, params.families, manifest)
+
+
+def _benchmark_items(name: str, path: str) -> list[dict]:
+    from data_prep.benchmarks import load_benchmark
+
+    return [{"id": item.id, "text": item.text} for item in load_benchmark(name, path)]
+
+
+def _endpoint_filter(
+    rows: list[PromptRow],
+    endpoint: Endpoint | None,
+    rule: filters.BandRule,
+    reward: Any,
+    manifest: Manifest,
+    step: str,
+) -> list[PromptRow]:
+    if endpoint is None:
+        manifest.step(step, len(rows), skipped=True, reason=f"no endpoint configured for the {step} filter")
+        return rows
+    import os
+
+    from data_prep.teacher import ChatClient
+
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    client = ChatClient(endpoint.base_url, endpoint.model, api_key=key)
+    report = filters.filter_prompts(rows, rule, client.as_generate(temperature=1.0), reward)
+    manifest.step(step, len(report.kept), **report.counts())
+    return report.kept
+
+
+def _cap_families(rows: list[PromptRow], families: dict[str, int], manifest: Manifest) -> list[PromptRow]:
+    kept, seen = [], dict.fromkeys(families, 0)
+    for row in rows:
+        fam = row.metadata["family"]
+        if fam in seen and seen[fam] < families[fam]:
+            seen[fam] += 1
+            kept.append(row)
+    manifest.step("family_caps", len(kept), per_family=seen)
+    return kept
