@@ -1,0 +1,141 @@
+"""Held-out evaluation with the stage's rewards: generate, score through the reward contract, average.
+
+:func:`score_heldout` is the reusable piece (the ``eval`` package calls it on any HF folder);
+:func:`evaluate_stage` scores every target and guardrail metric of a stage from
+``data/heldout/<metric>.jsonl``. Scores are pass@1 / avg@k: the mean over prompts of the mean reward over
+``samples_per_prompt`` samples. Aborted samples (infrastructure failures) are left out, never scored 0.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_prep.schema import PromptRow
+from infra.backends import StageJob
+from infra.embedded.chat_format import render_prompt_ids, stop_token_ids
+from infra.embedded.generation import generate
+from infra.embedded.models import load_model, load_tokenizer, pick_device
+from infra.embedded.runtime import derive_seed, read_rows, setup_determinism
+from rewards.contract import RewardRequest, get_reward, safe_score
+
+DEFAULT_EVAL_TOKENS = 256
+
+
+def score_rows(
+    model: Any,
+    tokenizer: Any,
+    rows: list[PromptRow],
+    reward_name: str,
+    *,
+    samples_per_prompt: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int = DEFAULT_EVAL_TOKENS,
+    seed: int = 0,
+    batch_size: int | None = 64,
+) -> tuple[float, dict[str, float]]:
+    """Return (avg@k score, details) of ``model`` on ``rows``; a row's ``metadata.reward`` wins."""
+    if not rows:
+        raise ValueError("score_rows: no held-out rows to score")
+    prompts = [
+        render_prompt_ids(tokenizer, r.prompt, r.tools) for r in rows for _ in range(samples_per_prompt)
+    ]
+    gens = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        stop_token_ids=stop_token_ids(tokenizer),
+        seed=seed,
+        batch_size=batch_size,
+    )
+    per_prompt, aborted, truncated = [], 0, 0
+    for i, row in enumerate(rows):
+        fn = get_reward(row.metadata.get("reward") or reward_name)
+        scores = []
+        for g in gens[i * samples_per_prompt : (i + 1) * samples_per_prompt]:
+            body = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
+            text = tokenizer.decode(body, skip_special_tokens=False)
+            req = RewardRequest(prompt=row.prompt, response=text, label=row.label, metadata=row.metadata)
+            result = safe_score(fn, req)
+            truncated += g.truncated
+            if result.aborted:
+                aborted += 1
+            else:
+                scores.append(result.score)
+        if scores:
+            per_prompt.append(float(np.mean(scores)))
+    details = {"prompts": float(len(per_prompt)), "aborted": float(aborted), "truncated": float(truncated)}
+    return (float(np.mean(per_prompt)) if per_prompt else 0.0), details
+
+
+def score_heldout(
+    model_dir: Path,
+    rows: list[PromptRow] | list[dict],
+    reward_name: str,
+    *,
+    samples_per_prompt: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int = DEFAULT_EVAL_TOKENS,
+    seed: int = 0,
+    device: str | None = None,
+) -> float:
+    """Return the avg@k reward of the HF model at ``model_dir`` on held-out ``rows``."""
+    parsed = [r if isinstance(r, PromptRow) else PromptRow.model_validate(r) for r in rows]
+    setup_determinism(seed)
+    model = load_model(model_dir, pick_device(device)).eval()
+    tokenizer = load_tokenizer(model_dir)
+    score, _ = score_rows(
+        model,
+        tokenizer,
+        parsed,
+        reward_name,
+        samples_per_prompt=samples_per_prompt,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+    )
+    return score
+
+
+def eval_budget(job: StageJob) -> int:
+    """Return the eval response budget: ``eval.max_response_tokens``, else the RL budget, else 256."""
+    cfg = job.stage.config
+    if cfg.eval.max_response_tokens:
+        return cfg.eval.max_response_tokens
+    if cfg.rl is not None:
+        return cfg.rl.rollout.max_response_tokens
+    return DEFAULT_EVAL_TOKENS
+
+
+def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
+    """Return ``{metric: score}`` for every target and guardrail of the stage, on ``checkpoint``."""
+    cfg = job.stage.config
+    job.stage.module("reward")  # registers the stage's rewards
+    metrics = list(dict.fromkeys(cfg.eval.targets + cfg.eval.guardrails))
+    missing = [m for m in metrics if not (job.heldout_dir / f"{m}.jsonl").is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{job.heldout_dir}: no held-out file for {missing} (expected <metric>.jsonl)"
+        )
+    setup_determinism(job.seed, job.extra.get("threads"))
+    model = load_model(checkpoint, pick_device(job.extra.get("device"))).eval()
+    tokenizer = load_tokenizer(checkpoint)
+    out = {}
+    for metric in metrics:
+        rows = read_rows(job.heldout_dir / f"{metric}.jsonl", PromptRow)
+        out[metric], _ = score_rows(
+            model,
+            tokenizer,
+            rows,
+            cfg.reward,
+            samples_per_prompt=cfg.eval.samples_per_prompt,
+            temperature=cfg.eval.temperature,
+            max_new_tokens=eval_budget(job),
+            seed=derive_seed(job.seed, zlib.crc32(metric.encode())),
+        )
+    return out

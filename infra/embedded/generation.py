@@ -1,0 +1,151 @@
+"""Batched sampling with a KV cache, returning per-token logprobs and a finish reason per sample.
+
+Hand-written rather than ``model.generate`` because RL needs, per sample, the log-probability of every
+sampled token under the exact distribution the trainer scores (``log_softmax(logits / temperature)``,
+before top-p truncation, as SGLang reports it), a finish reason that tells a stop token from the length
+budget, and a private seeded ``torch.Generator`` so sampling neither reads nor disturbs the global RNG
+(exact resume). The same function backs the local ``/generate`` server of agent stages.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+from transformers import PreTrainedTokenizerBase as Tok
+
+
+@dataclass
+class Generation:
+    """One sampled continuation: its tokens (stop token included), their logprobs and why it ended."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "length"
+
+    @property
+    def truncated(self) -> bool:
+        """True when the length budget, not a stop token, ended the sample."""
+        return self.finish_reason == "length"
+
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Return ``probs`` with the tail outside the top-p nucleus zeroed (the top token always stays)."""
+    sorted_p, idx = probs.sort(dim=-1, descending=True)
+    drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None):
+    """Return ``(tokens, logprobs)`` for one decoding step of a batch of last-position logits."""
+    logits = logits.float()
+    if temperature <= 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tokens = logits.argmax(dim=-1)
+    else:
+        logp = torch.log_softmax(logits / temperature, dim=-1)
+        probs = logp.exp()
+        if top_p < 1.0:
+            probs = _top_p_filter(probs, top_p)
+        tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def _cache_kw(model: PreTrainedModel) -> str:
+    """Return the forward() keyword of the KV cache (``cache`` in transformers >= 5.2x, else the old name)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: object) -> object:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+@torch.inference_mode()
+def _generate_batch(
+    model, pad_id, prompts, max_new_tokens, temperature, top_p, stops, gen
+) -> list[Generation]:
+    device = model.device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    past, logits = _cache_of(out), out.logits[:, -1]
+    cache_kw = _cache_kw(model)
+    last_pos = positions[:, -1]
+    results = [Generation() for _ in prompts]
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    stop_t = torch.tensor(sorted(stops), dtype=torch.long, device=device)
+    for _ in range(max_new_tokens):
+        tokens, logps = _sample(logits, temperature, top_p, gen)
+        tokens = torch.where(done, torch.full_like(tokens, pad_id), tokens)
+        for i, (t, lp) in enumerate(zip(tokens.tolist(), logps.tolist(), strict=False)):
+            if not done[i]:
+                results[i].token_ids.append(t)
+                results[i].logprobs.append(lp)
+        if len(stops):
+            hit = torch.isin(tokens, stop_t) & ~done
+            for i in hit.nonzero().flatten().tolist():
+                results[i].finish_reason = "stop"
+            done |= hit
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+        last_pos = last_pos + 1
+        out = model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=last_pos[:, None],
+            use_cache=True,
+            **{cache_kw: past},
+        )
+        past, logits = _cache_of(out), out.logits[:, -1]
+    return results
+
+
+def generate(
+    model: PreTrainedModel,
+    tokenizer: Tok,
+    prompt_ids: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float = 1.0,
+    stop_token_ids: list[int] | None = None,
+    seed: int | None = None,
+    batch_size: int | None = None,
+) -> list[Generation]:
+    """Return one :class:`Generation` per prompt (token ids in, token ids out), sampled in batches.
+
+    ``temperature`` 0 is greedy. Logprobs are of the sampled token under ``softmax(logits/temperature)``
+    (``softmax(logits)`` when greedy), before top-p truncation. A fixed ``seed`` makes the output
+    deterministic for a given batching.
+    """
+    if any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("generate: every prompt needs at least one token")
+    if max_new_tokens < 1:
+        raise ValueError(f"generate: max_new_tokens must be >= 1, got {max_new_tokens}")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    gen = None
+    if seed is not None:
+        gen = torch.Generator(device=model.device).manual_seed(int(seed))
+    was_training = model.training
+    model.eval()
+    size = batch_size or len(prompt_ids) or 1
+    out: list[Generation] = []
+    try:
+        for start in range(0, len(prompt_ids), size):
+            chunk = prompt_ids[start : start + size]
+            stops = set(stop_token_ids or [])
+            out.extend(_generate_batch(model, pad_id, chunk, max_new_tokens, temperature, top_p, stops, gen))
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,104 @@
+"""Every number of recipe-facts §00–§03 (RA Table 16 and §3.1–§3.4) is pinned in the stage configs.
+
+These read the production profile of each launch.yaml: the embedded profile only resizes, and
+test_config checks that it keeps the algorithm.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.recipe import REPO_ROOT, resolve_stage
+
+
+def _stage(name: str):
+    return resolve_stage(REPO_ROOT / "stages" / name, "production")
+
+
+def _results(stage) -> dict[str, tuple[float, float, bool]]:
+    return {r.metric: (r.before, r.after, r.guardrail) for r in stage.config.paper.results}
+
+
+def test_00_sft_table16_and_section_3_1():
+    s = _stage("00_sft").config
+    o = s.optimizer
+    assert (o.lr, o.min_lr, o.schedule, o.warmup_steps) == (5e-5, 5e-6, "cosine", 100)
+    assert (o.betas, o.eps, o.weight_decay, o.clip_grad) == ((0.9, 0.95), 1e-8, 0.1, 1.0)
+    assert (s.sft.global_batch, s.sft.epochs, s.sft.max_seq_len, s.sft.length_cap) == (4096, 3, 131072, 120000)
+    assert s.sft.packing and s.sft.select_by == "heldout_plateau"
+    assert s.data["length_cap"] == 120000
+    assert s.production.nodes == 64 and s.production.node_hours == 832 * 24
+
+
+def test_01_reasoning_rl_table16_and_section_3_2():
+    s = _stage("01_reasoning_rl").config
+    r, p, o = s.rl.rollout, s.rl.policy, s.optimizer
+    assert (o.lr, o.schedule, o.weight_decay, o.betas, o.clip_grad) == (1e-6, "constant", 0.1, (0.9, 0.98), 1.0)
+    assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (256, 16, 2)
+    assert r.prompts_per_step * r.samples_per_prompt // r.steps_per_rollout == 2048  # global batch
+    assert (r.max_response_tokens, r.temperature, r.over_sampling_factor) == (30000, 1.0, 4)
+    assert (p.estimator, p.use_tis, p.eps_clip, p.eps_clip_high) == ("gspo", True, 1e-3, 2e-3)
+    assert (p.kl_coef, p.entropy_coef, p.mask_truncated) == (0.0, 0.0, True)
+    assert s.rl.dynamic_sampling.filter == "band" and s.rl.dynamic_sampling.band == (0.0, 0.8)
+    assert s.rl.shaping.kind == "shortest_correct_length"
+    assert s.data["families"] == {"math": 57736, "science": 43199, "puzzle": 20226}
+    assert sum(s.data["families"].values()) == 121161
+    assert s.data["learnability"] == {"samples": 8, "drop_above": 0.8, "drop_zero": True}
+    prod = s.production
+    assert (prod.nodes, prod.colocate, prod.sglang.gpus_per_engine) == (8, True, 8)
+    assert prod.sglang.fp8 and prod.sglang.fp8_bf16_first_layers == 3 and prod.rollout_routing_replay
+    assert _results(_stage("01_reasoning_rl")) == {
+        "GPQA-Diamond": (68.18, 73.50, False),
+        "AIME 25": (90.83, 88.02, True),
+        "AIME 26": (90.00, 87.40, True),
+    }
+
+
+def test_02_coding_rl_table16_and_section_3_3():
+    s = _stage("02_coding_rl").config
+    r, p, o = s.rl.rollout, s.rl.policy, s.optimizer
+    assert (o.lr, o.schedule, o.weight_decay, o.betas, o.clip_grad) == (1e-6, "constant", 0.1, (0.9, 0.98), 1.0)
+    assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (128, 64, 8)
+    assert r.prompts_per_step * r.samples_per_prompt == 8192
+    assert (r.max_response_tokens, r.num_rollouts) == (65536, 23)
+    assert (p.estimator, p.use_tis, p.eps_clip, p.eps_clip_high, p.kl_coef) == ("gspo", True, 2e-3, 3e-3, 0.0)
+    assert p.mask_truncated
+    (phase,) = s.rl.phases
+    assert phase["rollout"]["prompts_per_step"] == 64 and phase["rollout"]["max_response_tokens"] == 131072
+    assert phase["policy"]["kl_coef"] == 1e-6
+    assert s.data["sources"] == {"evolvecoder": 14743, "nemotron": 9393, "dolci": 3109, "adr": 2160}
+    assert sum(s.data["sources"].values()) == 29405
+    assert (s.data["max_tests"], s.data["warmup_samples"]) == (50, 4)
+    assert s.data["lcb_leak"] == {"prefix_chars": 400, "ngram": 60, "min_shared_ngrams": 5}
+    assert (s.production.nodes, s.production.colocate) == (32, True)
+    assert _results(_stage("02_coding_rl")) == {
+        "LiveCodeBench v6 pass@1": (68.6, 75.9, False),
+        "LiveCodeBench v6 pass@8": (85.1, 87.4, False),
+    }
+
+
+def test_03_if_rl_table16_and_section_3_4():
+    s = _stage("03_if_rl").config
+    r, p = s.rl.rollout, s.rl.policy
+    assert s.optimizer.lr == 1.5e-6
+    assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (256, 16, 1)
+    assert (r.max_response_tokens, r.num_rollouts, p.estimator) == (16384, 90, "grpo")
+    assert (s.data["multi_constraint"], s.data["multi_turn"]) == (14000, 13000)
+    assert s.data["constraints_per_prompt"] == [2, 6]
+    assert s.data["difficulty"] == {"samples": 8, "drop_above": 0.8} and s.data["quality_attempts"] == 4
+    assert s.production.nodes == 8
+    res = _results(_stage("03_if_rl"))
+    assert res["IFEval"] == (90.5, 94.5, False) and res["IFBench"] == (63.8, 77.8, False)
+    assert res["Multi-challenge"] == (31.1, 55.8, False) and res["AdvancedIF"] == (45.5, 62.9, False)
+
+
+@pytest.mark.parametrize("name", ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl"])
+def test_embedded_profile_keeps_rewards_filters_and_objective(name: str):
+    prod = resolve_stage(REPO_ROOT / "stages" / name, "production").config
+    emb = resolve_stage(REPO_ROOT / "stages" / name, "embedded").config
+    assert emb.reward == prod.reward and emb.kind == prod.kind
+    if prod.rl is not None:
+        assert emb.rl.policy == prod.rl.policy
+        assert emb.rl.dynamic_sampling == prod.rl.dynamic_sampling
+        assert emb.rl.shaping == prod.rl.shaping
+        assert emb.rl.rollout.steps_per_rollout <= prod.rl.rollout.steps_per_rollout
