@@ -2,9 +2,9 @@
 
 A recipe (``recipes/*.yaml``) is a base checkpoint, a scale profile, an ordered list of stage folders and
 overrides. Reordering, omitting or swapping a stage for another folder is a one-line change. Resolution
-merges, in this order: model defaults → the stage's ``launch.yaml`` → recipe-wide overrides → the recipe
-entry's overrides → ``--set`` on the command line; on the embedded profile the stage's ``embedded`` sizes
-are then applied. The result is validated by :class:`infra.config.StageConfig`.
+merges, in this order: model defaults → the stage's ``launch.yaml`` (plus, on the embedded profile, its
+``embedded`` sizes) → recipe-wide overrides → the recipe entry's overrides → ``--set`` on the command
+line. The result is validated by :class:`infra.config.StageConfig`.
 """
 
 from __future__ import annotations
@@ -164,26 +164,33 @@ def resolve_stage(
     missing = [f for f in STAGE_FILES if not (folder / f).is_file()]
     if missing:
         raise ConfigError(f"{folder}: stage folder lacks {', '.join(missing)}")
-    layered = Layered()
-    layered.apply(load_yaml(launch), str(launch))
-    for layer, source in layers or []:
-        layered.apply(layer, source)
+    base_layer = load_yaml(launch)
+    later: list[tuple[dict[str, Any], str]] = list(layers or [])
     for key, value in (common_sets or {}).items():
-        if key.split(".")[0] in layered.data:
-            layered.apply(nest(key, value), f"--set {key}")
+        if key.split(".")[0] in base_layer:
+            later.append((nest(key, value), f"--set {key}"))
             if used_sets is not None:
                 used_sets.add(key)
     for key, value in (sets or {}).items():
-        layered.apply(nest(key, value), f"--set {sid_or(stage_id, folder)}.{key}")
+        later.append((nest(key, value), f"--set {sid_or(stage_id, folder)}.{key}"))
+    layered = Layered()
+    layered.apply(base_layer, str(launch))
     if profile == "embedded":
-        emb = layered.data.get("embedded") or {}
+        # Embedded sizes sit right above launch.yaml, so recipe overrides and --set still win over them.
+        probe = Layered()
+        probe.apply(base_layer, str(launch))
+        for layer, source in later:
+            probe.apply(layer, source)
+        emb = probe.data.get("embedded") or {}
         if not isinstance(emb, dict):
-            raise ConfigError(f"{layered.source_of('embedded')}: embedded: expected a mapping")
+            raise ConfigError(f"{probe.source_of('embedded')}: embedded: expected a mapping")
         for section, target in _EMBEDDED_TARGETS.items():
             part = emb.get(section)
             if isinstance(part, dict) and part:
-                src = layered.source_of(f"embedded.{section}")
+                src = probe.source_of(f"embedded.{section}")
                 layered.apply(part, f"{src} (embedded.{section})", prefix=target)
+    for layer, source in later:
+        layered.apply(layer, source)
     config = layered.validate(StageConfig, str(launch))
     sid = stage_id or folder.name
     if config.name != folder.name and stage_id is None:

@@ -152,3 +152,12 @@ def test_batch_rule_is_checked(tmp_path: Path):
     dst = _stage_copy(tmp_path)
     with pytest.raises(ConfigError, match="divisible by steps_per_rollout"):
         resolve_stage(dst, "production", sets={"rl.rollout.steps_per_rollout": 3, "rl.rollout.prompts_per_step": 5})
+
+
+def test_cli_set_wins_over_embedded_sizes(tmp_path: Path):
+    _stage_copy(tmp_path)
+    rec = _recipe(tmp_path, _base_recipe(["stages/01_reasoning_rl"]))
+    stage = load_recipe(rec, sets=["rl.rollout.num_rollouts=2"]).stages[0]
+    assert stage.config.rl.rollout.num_rollouts == 2  # the embedded section sets 24; --set is later
+    stage = load_recipe(rec, sets=["embedded.rollout.num_rollouts=3"]).stages[0]
+    assert stage.config.rl.rollout.num_rollouts == 3  # resizing the embedded section itself also works
