@@ -173,6 +173,9 @@ class EmbeddedOverrides(StrictModel):
     rollout: dict[str, Any] = Field(default_factory=dict, description="Partial RolloutConfig.")
     data: dict[str, Any] = Field(default_factory=dict, description="Partial data parameters (counts).")
     eval: dict[str, Any] = Field(default_factory=dict, description="Partial EvalConfig.")
+    phases: list[dict[str, Any]] | None = Field(
+        default=None, description="Resized RL phases (replaces `rl.phases`; keep the same policy values)."
+    )
 
 
 class StageConfig(StrictModel):

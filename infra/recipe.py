@@ -189,6 +189,9 @@ def resolve_stage(
             if isinstance(part, dict) and part:
                 src = probe.source_of(f"embedded.{section}")
                 layered.apply(part, f"{src} (embedded.{section})", prefix=target)
+        if isinstance(emb.get("phases"), list):
+            src = probe.source_of("embedded.phases")
+            layered.apply({"phases": emb["phases"]}, f"{src} (embedded.phases)", prefix="rl")
     for layer, source in later:
         layered.apply(layer, source)
     config = layered.validate(StageConfig, str(launch))

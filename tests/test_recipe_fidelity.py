@@ -102,3 +102,13 @@ def test_embedded_profile_keeps_rewards_filters_and_objective(name: str):
         assert emb.rl.dynamic_sampling == prod.rl.dynamic_sampling
         assert emb.rl.shaping == prod.rl.shaping
         assert emb.rl.rollout.steps_per_rollout <= prod.rl.rollout.steps_per_rollout
+
+
+def test_coding_rl_embedded_phases_are_resized_not_reshaped():
+    emb = resolve_stage(REPO_ROOT / "stages" / "02_coding_rl", "embedded").config
+    prod = resolve_stage(REPO_ROOT / "stages" / "02_coding_rl", "production").config
+    (e_phase,) = emb.rl.phases
+    (p_phase,) = prod.rl.phases
+    assert e_phase["policy"] == p_phase["policy"]
+    assert e_phase["rollout"]["max_response_tokens"] > emb.rl.rollout.max_response_tokens
+    assert e_phase["rollout"]["prompts_per_step"] < emb.rl.rollout.prompts_per_step
