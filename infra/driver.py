@@ -198,6 +198,8 @@ class Driver:
         entry.status = "running"
         entry.ended_at = None
         entry.error = None
+        entry.output_checkpoint = entry.output_hash = None
+        entry.metrics = {}
         entry.config_hash = stage.config_hash
         entry.input_hash = input_hash
         entry.input_checkpoint = _relative(export_path(input_dir, in_record), self.run_dir)

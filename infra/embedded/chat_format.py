@@ -39,7 +39,7 @@ GLM_CHAT_TEMPLATE = (
     "{%- if m.role == 'system' -%}{{- '<|system|>\\n' + m.content -}}"
     "{%- elif m.role == 'user' -%}{{- '<|user|>\\n' + m.content -}}"
     "{%- elif m.role == 'assistant' -%}"
-    "{{- '<|assistant|>\\n<think>' + (m.reasoning or '') + '</think>\\n' + (m.content or '') -}}"
+    "{{- '<|assistant|>\\n<think>' + (m.reasoning_content or m.reasoning or '') + '</think>\\n' + (m.content or '') -}}"
     "{%- for tc in (m.tool_calls or []) -%}"
     "{%- set f = tc.function if tc.function is defined else tc -%}"
     "{{- '\\n<tool_call>' + f.name -}}"
