@@ -1,11 +1,11 @@
 """The ``rufus`` command line: run a recipe, plan it for a cluster, run one stage, inspect a run.
 
-    rufus run recipes/tiny.yaml                 # the whole recipe on the embedded (CPU) profile
-    rufus run recipes/tiny.yaml --only 01_reasoning_rl --set rl.rollout.num_rollouts=4
-    rufus plan recipes/rufus-air.yaml --check   # the production runbook, validated against slime's flags
-    rufus stage stages/01_reasoning_rl train --init-from runs/tiny/00_sft/export
-    rufus status runs/tiny
-    rufus report runs/tiny
+rufus run recipes/tiny.yaml                 # the whole recipe on the embedded (CPU) profile
+rufus run recipes/tiny.yaml --only 01_reasoning_rl --set rl.rollout.num_rollouts=4
+rufus plan recipes/rufus-air.yaml --check   # the production runbook, validated against slime's flags
+rufus stage stages/01_reasoning_rl train --init-from runs/tiny/00_sft/export
+rufus status runs/tiny
+rufus report runs/tiny
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ def run(
     only: str | None = typer.Option(None, "--only", help="Run just this stage."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Resolve and write configs; train nothing."),
     sets: list[str] = typer.Option([], "--set", help="Override: key.path=value or STAGE.key.path=value."),
-    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory (default runs/<recipe name>)."),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="Run directory (default runs/<recipe name>)."
+    ),
     seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
 ) -> None:
     """Run a recipe stage by stage, handing each verified checkpoint to the next (resumable)."""
@@ -76,7 +78,9 @@ def run(
 
     try:
         loaded = load_recipe(recipe, sets=sets)
-        rd = run_dir or Path("runs") / (loaded.recipe.name if seed is None else f"{loaded.recipe.name}-s{seed}")
+        rd = run_dir or Path("runs") / (
+            loaded.recipe.name if seed is None else f"{loaded.recipe.name}-s{seed}"
+        )
         driver = Driver(loaded, rd, console=console, seed=seed)
         manifest = driver.run(Selection(start=start, until=until, only=only), dry_run=dry_run)
     except ConfigError as exc:
@@ -118,7 +122,9 @@ def plan(
             console.print(f"[red]✗[/] {p}", highlight=False)
         if problems:
             raise typer.Exit(code=1)
-        console.print(f"[green]✓[/] {len(plans)} stage(s): every flag exists in the pinned slime and fits its kind")
+        console.print(
+            f"[green]✓[/] {len(plans)} stage(s): every flag exists in the pinned slime and fits its kind"
+        )
     if execute:
         execute_plan(plans)
 

@@ -56,7 +56,9 @@ class SFTConfig(StrictModel):
     """Supervised fine-tuning settings."""
 
     global_batch: int = Field(description="Sequences per optimizer step.")
-    micro_batch: int = Field(default=1, ge=1, description="Sequences per forward pass (gradient accumulation).")
+    micro_batch: int = Field(
+        default=1, ge=1, description="Sequences per forward pass (gradient accumulation)."
+    )
     epochs: int = Field(description="Passes over the mix.")
     max_seq_len: int = Field(description="Packed context length in tokens.")
     length_cap: int = Field(description="Samples longer than this (after the chat template) are dropped.")
@@ -151,7 +153,7 @@ class RLConfig(StrictModel):
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
     phases: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="Later phases of one stage, each a partial override of `rollout`/`policy` (Coding RL 64K→128K).",
+        description="Later phases, each a partial `rollout`/`policy` override (Coding RL 64K→128K).",
     )
 
 

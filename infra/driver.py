@@ -104,8 +104,7 @@ class Driver:
             )
         known = {e.id: e for e in m.stages}
         m.stages = [
-            known.get(s.id)
-            or StageEntry(id=s.id, folder=_relative(s.folder, REPO_ROOT), kind=s.config.kind)
+            known.get(s.id) or StageEntry(id=s.id, folder=_relative(s.folder, REPO_ROOT), kind=s.config.kind)
             for s in self.loaded.stages
         ]
         return m
@@ -162,7 +161,9 @@ class Driver:
             if stage.id in chosen:
                 stage_dir = self.run_dir / stage.id
                 atomic_write_text(stage_dir / "config.resolved.yaml", dump_resolved(stage))
-                self.console.print(f"[cyan]dry run[/] {stage.id}: config → {stage_dir / 'config.resolved.yaml'}")
+                self.console.print(
+                    f"[cyan]dry run[/] {stage.id}: config → {stage_dir / 'config.resolved.yaml'}"
+                )
         return manifest
 
     def _expected_template(self, manifest: RunManifest) -> str | None:
@@ -178,7 +179,11 @@ class Driver:
             check_loads=self.backend.check_loads,
         )
         input_hash = in_record["content_hash"]
-        if entry.status == "done" and entry.config_hash == stage.config_hash and entry.input_hash == input_hash:
+        if (
+            entry.status == "done"
+            and entry.config_hash == stage.config_hash
+            and entry.input_hash == input_hash
+        ):
             try:
                 verify_handoff(stage_dir, expected_template=self._expected_template(manifest))
                 self.console.print(f"[green]✓[/] {stage.id}: done, hashes match — skipped")
@@ -187,7 +192,14 @@ class Driver:
                 self.console.print(f"[yellow]![/] {stage.id}: output handoff invalid ({exc}); re-running")
         if entry.config_hash not in (None, stage.config_hash) or entry.input_hash not in (None, input_hash):
             # Config or input changed: old checkpoints must not be resumed from.
-            for sub in ("checkpoints", "export", "handoff.json", "eval.json", "metrics.jsonl", "eval_input.json"):
+            for sub in (
+                "checkpoints",
+                "export",
+                "handoff.json",
+                "eval.json",
+                "metrics.jsonl",
+                "eval_input.json",
+            ):
                 p = stage_dir / sub
                 if p.is_dir():
                     shutil.rmtree(p)
@@ -235,13 +247,21 @@ class Driver:
         atomic_write_text(stage_dir / "config.resolved.yaml", dump_resolved(stage))
         (stage_dir / "logs").mkdir(parents=True, exist_ok=True)
         job = StageJob(
-            stage=stage, stage_dir=stage_dir, init_checkpoint=init_ckpt, seed=self.seed,
-            run_name=self.recipe.name, extra=dict(self.extra),
+            stage=stage,
+            stage_dir=stage_dir,
+            init_checkpoint=init_ckpt,
+            seed=self.seed,
+            run_name=self.recipe.name,
+            extra=dict(self.extra),
         )
         self.console.print(f"[cyan]data[/] {stage.id}: preparing (cached by input hash)")
         run_data_prep(
-            stage, job.data_dir, seed=self.seed, tokenizer_dir=init_ckpt,
-            tokenizer_hash=in_record.get("chat_template_sha256"), console=self.console,
+            stage,
+            job.data_dir,
+            seed=self.seed,
+            tokenizer_dir=init_ckpt,
+            tokenizer_hash=in_record.get("chat_template_sha256"),
+            console=self.console,
         )
         eval_in = self._eval_cached(job, init_ckpt, stage_dir / "eval_input.json", in_record["content_hash"])
         self.console.print(f"[cyan]train[/] {stage.id} from {init_ckpt}")
@@ -250,7 +270,12 @@ class Driver:
         eval_cfg = stage.config.eval
         atomic_write_json(
             stage_dir / "eval.json",
-            {"input": eval_in, "output": out_eval, "targets": eval_cfg.targets, "guardrails": eval_cfg.guardrails},
+            {
+                "input": eval_in,
+                "output": out_eval,
+                "targets": eval_cfg.targets,
+                "guardrails": eval_cfg.guardrails,
+            },
         )
         metrics: dict[str, Any] = dict(out_eval)
         if result.selected_step is not None:
@@ -304,16 +329,23 @@ def run_single_stage(
     atomic_write_text(stage_dir / "config.resolved.yaml", dump_resolved(stage))
     out: dict[str, Any] = {}
     run_data_prep(
-        stage, job.data_dir, seed=seed, tokenizer_dir=init_ckpt,
-        tokenizer_hash=chat_template_hash(init_ckpt), console=console,
+        stage,
+        job.data_dir,
+        seed=seed,
+        tokenizer_dir=init_ckpt,
+        tokenizer_hash=chat_template_hash(init_ckpt),
+        console=console,
     )
     out["data"] = str(job.data_dir)
     if "train" in steps:
         result = backend.train(job)
         rec = write_handoff(
-            stage_dir, result.export_dir, stage=stage.id,
+            stage_dir,
+            result.export_dir,
+            stage=stage.id,
             lineage={"base": str(init_ckpt), "parent": None, "chain": [stage.id]},
-            config_hash=stage.config_hash, metrics=dict(result.summary),
+            config_hash=stage.config_hash,
+            metrics=dict(result.summary),
         )
         out["export"] = str(result.export_dir)
         out["handoff"] = rec["content_hash"]

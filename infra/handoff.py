@@ -19,7 +19,12 @@ from infra.hashing import hash_tree, sha256_bytes, sha256_json
 from infra.layering import ConfigError
 
 HANDOFF = "handoff.json"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
 
 
 class HandoffError(RuntimeError):
@@ -52,7 +57,11 @@ def repo_commit() -> str:
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"

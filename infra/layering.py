@@ -110,7 +110,11 @@ def format_validation_error(exc: ValidationError, layered: Layered | None, defau
         elif err["type"] == "missing":
             msg = "required key is missing"
         got = err.get("input")
-        got_s = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {got!r})"
+        got_s = (
+            ""
+            if err["type"] in ("missing", "extra_forbidden") or isinstance(got, dict)
+            else f" (got {got!r})"
+        )
         lines.append(f"{source}: {loc or '<root>'}: {msg}{got_s}")
     return "\n".join(lines)
 

@@ -84,5 +84,7 @@ class RunManifest(BaseModel):
 def without_timestamps(manifest: dict[str, Any]) -> dict[str, Any]:
     """A manifest dict with every timestamp removed (for comparing runs)."""
     out = {k: v for k, v in manifest.items() if k not in TIMESTAMP_KEYS}
-    out["stages"] = [{k: v for k, v in s.items() if k not in TIMESTAMP_KEYS} for s in manifest.get("stages", [])]
+    out["stages"] = [
+        {k: v for k, v in s.items() if k not in TIMESTAMP_KEYS} for s in manifest.get("stages", [])
+    ]
     return out

@@ -79,7 +79,11 @@ def run_data_prep(
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     ctx = PrepContext(
-        stage=stage, out_dir=tmp, seed=seed, profile=stage.profile, tokenizer_dir=tokenizer_dir,
+        stage=stage,
+        out_dir=tmp,
+        seed=seed,
+        profile=stage.profile,
+        tokenizer_dir=tokenizer_dir,
         console=console or Console(),
     )
     summary = stage.module("data_prep").prepare(ctx) or {}

@@ -26,7 +26,13 @@ from infra.layering import ConfigError, Layered, format_validation_error, load_y
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STAGE_FILES = ("data_prep.py", "reward.py", "launch.yaml", "README.md")
 # Where each `embedded` sub-section lands in the stage config.
-_EMBEDDED_TARGETS = {"optimizer": "optimizer", "sft": "sft", "rollout": "rl.rollout", "data": "data", "eval": "eval"}
+_EMBEDDED_TARGETS = {
+    "optimizer": "optimizer",
+    "sft": "sft",
+    "rollout": "rl.rollout",
+    "data": "data",
+    "eval": "eval",
+}
 
 
 class BaseModelSpec(StrictModel):
@@ -40,8 +46,12 @@ class RecipeStage(StrictModel):
     """One entry of a recipe's stage list."""
 
     stage: str = Field(description="Stage folder, relative to the repository root (e.g. stages/00_sft).")
-    id: str | None = Field(default=None, description="Name in the run directory; defaults to the folder name.")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="Partial stage config for this entry.")
+    id: str | None = Field(
+        default=None, description="Name in the run directory; defaults to the folder name."
+    )
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Partial stage config for this entry."
+    )
 
 
 class Recipe(StrictModel):
@@ -53,7 +63,9 @@ class Recipe(StrictModel):
     profile: Profile = Field(description="'production' (8×H200, slime) or 'embedded' (CPU, local backend).")
     seed: int = Field(default=0, description="Seed for data prep, sampling and initialisation.")
     stages: list[RecipeStage] = Field(min_length=1, description="Stages in pipeline order.")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="Partial config applied to every stage.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Partial config applied to every stage."
+    )
 
     @field_validator("stages", mode="before")
     @classmethod
@@ -215,7 +227,9 @@ def resolve_stage(
             stage.data_params = params_model.model_validate(config.data)
         except ValidationError as exc:
             msg = format_validation_error(exc, None, str(launch))
-            raise ConfigError("\n".join(line.replace(": ", ": data.", 1) for line in msg.splitlines())) from None
+            raise ConfigError(
+                "\n".join(line.replace(": ", ": data.", 1) for line in msg.splitlines())
+            ) from None
     return stage
 
 
@@ -230,13 +244,13 @@ def load_recipe(path: Path, sets: list[str] | None = None, profile: str | None =
     if profile is not None:
         recipe.profile = profile  # type: ignore[assignment]
     folders = [find_stage_folder(e.stage, path) for e in recipe.stages]
-    ids = [e.id or f.name for e, f in zip(recipe.stages, folders)]
+    ids = [e.id or f.name for e, f in zip(recipe.stages, folders, strict=True)]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{path}: stages: duplicate stage ids {ids}; give entries distinct `id`s")
     common, per_stage = split_sets(sets or [], ids)
     stages = []
     used: set[str] = set()
-    for entry, folder, sid in zip(recipe.stages, folders, ids):
+    for entry, folder, sid in zip(recipe.stages, folders, ids, strict=True):
         layers = []
         if recipe.overrides:
             layers.append((recipe.overrides, f"{path} (overrides)"))

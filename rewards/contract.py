@@ -27,9 +27,13 @@ class RewardRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    prompt: list[dict[str, Any]] = Field(default_factory=list, description="Chat messages shown to the model.")
+    prompt: list[dict[str, Any]] = Field(
+        default_factory=list, description="Chat messages shown to the model."
+    )
     response: str = Field(description="The model's response text (final assistant turn, thinking included).")
-    label: Any = Field(default=None, description="Ground truth: answer, tests, rubric… depending on the task.")
+    label: Any = Field(
+        default=None, description="Ground truth: answer, tests, rubric… depending on the task."
+    )
     metadata: dict[str, Any] = Field(default_factory=dict, description="Task metadata (family, source, …).")
     transcript: list[dict[str, Any]] | None = Field(
         default=None, description="Full agent transcript for multi-turn tasks (tool calls and results)."
@@ -106,7 +110,11 @@ def safe_score(fn: RewardFn, request: RewardRequest) -> RewardResult:
     try:
         result = fn(request)
     except Exception as exc:  # noqa: BLE001 - model output must never crash training
-        return RewardResult(score=0.0, failure="verifier_error", details={"error": f"{type(exc).__name__}: {exc}"})
+        return RewardResult(
+            score=0.0, failure="verifier_error", details={"error": f"{type(exc).__name__}: {exc}"}
+        )
     if not isinstance(result, RewardResult):
-        raise TypeError(f"reward {getattr(fn, '__name__', fn)!r} returned {type(result).__name__}, not RewardResult")
+        raise TypeError(
+            f"reward {getattr(fn, '__name__', fn)!r} returned {type(result).__name__}, not RewardResult"
+        )
     return result

@@ -61,7 +61,9 @@ def test_layer_order_defaults_stage_recipe_cli(tmp_path: Path):
     rec = _recipe(
         tmp_path,
         {
-            **_base_recipe([{"stage": "stages/01_reasoning_rl", "overrides": {"rl": {"rollout": {"num_rollouts": 7}}}}]),
+            **_base_recipe(
+                [{"stage": "stages/01_reasoning_rl", "overrides": {"rl": {"rollout": {"num_rollouts": 7}}}}]
+            ),
             "overrides": {"optimizer": {"weight_decay": 0.2}, "rl": {"rollout": {"num_rollouts": 5}}},
             "profile": "production",
         },
@@ -107,7 +109,9 @@ def test_unknown_key_names_file_and_dotted_path(tmp_path: Path):
 
 def test_wrong_type_in_recipe_override_names_the_recipe(tmp_path: Path):
     _stage_copy(tmp_path)
-    rec = _recipe(tmp_path, {**_base_recipe(["stages/01_reasoning_rl"]), "overrides": {"optimizer": {"lr": "fast"}}})
+    rec = _recipe(
+        tmp_path, {**_base_recipe(["stages/01_reasoning_rl"]), "overrides": {"optimizer": {"lr": "fast"}}}
+    )
     with pytest.raises(ConfigError) as err:
         load_recipe(rec)
     msg = str(err.value)
@@ -117,7 +121,9 @@ def test_wrong_type_in_recipe_override_names_the_recipe(tmp_path: Path):
 def test_wrong_type_from_cli_names_the_flag(tmp_path: Path):
     _stage_copy(tmp_path)
     rec = _recipe(tmp_path, _base_recipe(["stages/01_reasoning_rl"]))
-    with pytest.raises(ConfigError, match=r"--set rl.rollout.samples_per_prompt: rl.rollout.samples_per_prompt"):
+    with pytest.raises(
+        ConfigError, match=r"--set rl.rollout.samples_per_prompt: rl.rollout.samples_per_prompt"
+    ):
         load_recipe(rec, sets=["rl.rollout.samples_per_prompt=many"])
     with pytest.raises(ConfigError, match="no stage of .* has this section"):
         load_recipe(rec, sets=["rll.rollout.samples_per_prompt=2"])
@@ -151,7 +157,9 @@ def test_swapping_a_stage_is_one_line(tmp_path: Path):
 def test_batch_rule_is_checked(tmp_path: Path):
     dst = _stage_copy(tmp_path)
     with pytest.raises(ConfigError, match="divisible by steps_per_rollout"):
-        resolve_stage(dst, "production", sets={"rl.rollout.steps_per_rollout": 3, "rl.rollout.prompts_per_step": 5})
+        resolve_stage(
+            dst, "production", sets={"rl.rollout.steps_per_rollout": 3, "rl.rollout.prompts_per_step": 5}
+        )
 
 
 def test_cli_set_wins_over_embedded_sizes(tmp_path: Path):

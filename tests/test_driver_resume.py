@@ -41,8 +41,12 @@ RECIPE = {
                     "data": {
                         "heldout_per_metric": 6,
                         "families": {
-                            "math": 24, "puzzle": 12, "science": 12, "code": 12,
-                            "if_multi_constraint": 12, "if_multiturn": 6,
+                            "math": 24,
+                            "puzzle": 12,
+                            "science": 12,
+                            "code": 12,
+                            "if_multi_constraint": 12,
+                            "if_multiturn": 6,
                         },
                     },
                     "sft": {"epochs": 1, "eval_interval": 2, "global_batch": 8},
@@ -75,15 +79,26 @@ def _env() -> dict[str, str]:
 def _run(recipe: Path, run_dir: Path, log: Path) -> int:
     with open(log, "a") as out:
         return subprocess.run(
-            _cmd(recipe, run_dir), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env=_env(), timeout=900
+            _cmd(recipe, run_dir),
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            timeout=900,
         ).returncode
 
 
-def _run_and_kill(recipe: Path, run_dir: Path, log: Path, when: Callable[[], bool], limit: float = 300) -> bool:
+def _run_and_kill(
+    recipe: Path, run_dir: Path, log: Path, when: Callable[[], bool], limit: float = 300
+) -> bool:
     """Start a run, SIGKILL its whole process group once ``when()`` holds; False if it finished first."""
     with open(log, "a") as out:
         proc = subprocess.Popen(
-            _cmd(recipe, run_dir), cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env=_env(),
+            _cmd(recipe, run_dir),
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
             start_new_session=True,
         )
         deadline = time.monotonic() + limit
@@ -119,11 +134,15 @@ def recipe_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference_run(recipe_file: Path, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("ref") / "run"
-    assert _run(recipe_file, run_dir, run_dir.parent / "log.txt") == 0, (run_dir.parent / "log.txt").read_text()[-3000:]
+    assert _run(recipe_file, run_dir, run_dir.parent / "log.txt") == 0, (
+        run_dir.parent / "log.txt"
+    ).read_text()[-3000:]
     return run_dir
 
 
-def test_sigkill_anywhere_then_rerun_gives_the_same_manifest(recipe_file: Path, reference_run: Path, tmp_path: Path):
+def test_sigkill_anywhere_then_rerun_gives_the_same_manifest(
+    recipe_file: Path, reference_run: Path, tmp_path: Path
+):
     run_dir = tmp_path / "run"
     log = tmp_path / "log.txt"
     sft, rl = run_dir / "00_sft", run_dir / "01_reasoning_rl"
@@ -151,7 +170,12 @@ def test_sigkill_anywhere_then_rerun_gives_the_same_manifest(recipe_file: Path, 
 def test_rerun_of_a_finished_run_skips_everything(recipe_file: Path, reference_run: Path):
     before = json.loads((reference_run / "manifest.json").read_text())
     out = subprocess.run(
-        _cmd(recipe_file, reference_run), cwd=REPO_ROOT, capture_output=True, text=True, env=_env(), timeout=300
+        _cmd(recipe_file, reference_run),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stdout.count("hashes match — skipped") == 2

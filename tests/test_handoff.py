@@ -71,7 +71,9 @@ def test_missing_or_empty_handoff(tmp_path: Path):
 
 def test_manifest_is_written_atomically_and_compares_without_timestamps(tmp_path: Path):
     m = RunManifest(recipe="r", recipe_file="r.yaml", profile="embedded", seed=0, base={"model": "micro"})
-    m.stages = [StageEntry(id="00_sft", folder="stages/00_sft", kind="sft", status="running", started_at="t0")]
+    m.stages = [
+        StageEntry(id="00_sft", folder="stages/00_sft", kind="sft", status="running", started_at="t0")
+    ]
     m.save(tmp_path)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     loaded = RunManifest.load(tmp_path)

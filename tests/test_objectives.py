@@ -99,7 +99,7 @@ def test_fireflash_all_solved_ranks_by_length_only() -> None:
 def test_group_advantages_dispatch() -> None:
     close(group_advantages("mean_only", [2.0, 0.0]), [1.0, -1.0])
     close(group_advantages("grpo", [2.0, 0.0], eps=0.0, unbiased=False), [1.0, -1.0])
-    close(group_advantages("grpo", [2.0, 0.0], eps=0.0), [2 ** -0.5, -(2 ** -0.5)])  # slime: Bessel std
+    close(group_advantages("grpo", [2.0, 0.0], eps=0.0), [2**-0.5, -(2**-0.5)])  # slime: Bessel std
     close(
         group_advantages("fireflash", [1.0, 0.0], solved=[True, False], num_tokens=[5, 5], eps=0.0),
         [1.0, -1.0],

@@ -24,7 +24,12 @@ def test_00_sft_table16_and_section_3_1():
     o = s.optimizer
     assert (o.lr, o.min_lr, o.schedule, o.warmup_steps) == (5e-5, 5e-6, "cosine", 100)
     assert (o.betas, o.eps, o.weight_decay, o.clip_grad) == ((0.9, 0.95), 1e-8, 0.1, 1.0)
-    assert (s.sft.global_batch, s.sft.epochs, s.sft.max_seq_len, s.sft.length_cap) == (4096, 3, 131072, 120000)
+    assert (s.sft.global_batch, s.sft.epochs, s.sft.max_seq_len, s.sft.length_cap) == (
+        4096,
+        3,
+        131072,
+        120000,
+    )
     assert s.sft.packing and s.sft.select_by == "heldout_plateau"
     assert s.data["length_cap"] == 120000
     assert s.production.nodes == 64 and s.production.node_hours == 832 * 24
@@ -33,7 +38,13 @@ def test_00_sft_table16_and_section_3_1():
 def test_01_reasoning_rl_table16_and_section_3_2():
     s = _stage("01_reasoning_rl").config
     r, p, o = s.rl.rollout, s.rl.policy, s.optimizer
-    assert (o.lr, o.schedule, o.weight_decay, o.betas, o.clip_grad) == (1e-6, "constant", 0.1, (0.9, 0.98), 1.0)
+    assert (o.lr, o.schedule, o.weight_decay, o.betas, o.clip_grad) == (
+        1e-6,
+        "constant",
+        0.1,
+        (0.9, 0.98),
+        1.0,
+    )
     assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (256, 16, 2)
     assert r.prompts_per_step * r.samples_per_prompt // r.steps_per_rollout == 2048  # global batch
     assert (r.max_response_tokens, r.temperature, r.over_sampling_factor) == (30000, 1.0, 4)
@@ -57,7 +68,13 @@ def test_01_reasoning_rl_table16_and_section_3_2():
 def test_02_coding_rl_table16_and_section_3_3():
     s = _stage("02_coding_rl").config
     r, p, o = s.rl.rollout, s.rl.policy, s.optimizer
-    assert (o.lr, o.schedule, o.weight_decay, o.betas, o.clip_grad) == (1e-6, "constant", 0.1, (0.9, 0.98), 1.0)
+    assert (o.lr, o.schedule, o.weight_decay, o.betas, o.clip_grad) == (
+        1e-6,
+        "constant",
+        0.1,
+        (0.9, 0.98),
+        1.0,
+    )
     assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (128, 64, 8)
     assert r.prompts_per_step * r.samples_per_prompt == 8192
     assert (r.max_response_tokens, r.num_rollouts) == (65536, 23)

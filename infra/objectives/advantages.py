@@ -50,9 +50,7 @@ def _std(r: Tensor, unbiased: bool) -> Tensor:
     return r.std(unbiased=unbiased)
 
 
-def grpo_advantages(
-    rewards: Tensor | Sequence[float], eps: float = 1e-6, *, unbiased: bool = True
-) -> Tensor:
+def grpo_advantages(rewards: Tensor | Sequence[float], eps: float = 1e-6, *, unbiased: bool = True) -> Tensor:
     """Return GRPO advantages ``(r - mean) / (std + eps)`` for one group.
 
     ``std`` is torch's Bessel-corrected std by default, exactly what slime's ``_post_process_rewards``
