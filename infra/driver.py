@@ -260,7 +260,7 @@ class Driver:
             job.data_dir,
             seed=self.seed,
             tokenizer_dir=init_ckpt,
-            tokenizer_hash=in_record.get("chat_template_sha256"),
+            input_hash=in_record["content_hash"],
             console=self.console,
         )
         eval_in = self._eval_cached(job, init_ckpt, stage_dir / "eval_input.json", in_record["content_hash"])
@@ -333,7 +333,7 @@ def run_single_stage(
         job.data_dir,
         seed=seed,
         tokenizer_dir=init_ckpt,
-        tokenizer_hash=chat_template_hash(init_ckpt),
+        input_hash=record["content_hash"],
         console=console,
     )
     out["data"] = str(job.data_dir)

@@ -4,7 +4,7 @@ A stage folder's ``data_prep.py`` exposes ``prepare(ctx: PrepContext) -> dict`` 
 ``Params`` model for its ``data`` section). It writes into ``ctx.out_dir``: ``train.jsonl`` (or
 ``sft.jsonl``), ``heldout/<metric>.jsonl`` for each eval metric, and ``manifest.json``. The driver runs it
 in a temporary folder and renames it into place, so an interrupted prep is simply redone, and skips it
-when the cache key (data-prep code, parameters, seed, profile, tokenizer) is unchanged.
+when the cache key (data-prep code, parameters, seed, profile, input checkpoint) is unchanged.
 """
 
 from __future__ import annotations
@@ -44,8 +44,12 @@ class PrepContext:
         return self.out_dir / "heldout"
 
 
-def prep_key(stage: ResolvedStage, seed: int, tokenizer_hash: str | None) -> str:
-    """Cache key of a stage's data: its code, data/eval parameters, seed, profile and tokenizer."""
+def prep_key(stage: ResolvedStage, seed: int, input_hash: str | None) -> str:
+    """Cache key of a stage's data: its code, data/eval parameters, seed, profile and input checkpoint.
+
+    The input checkpoint counts whole (weights and tokenizer): length caps use its chat template and
+    warm-up filters (Coding RL's drop-all-pass) sample from its weights.
+    """
     return sha256_json(
         {
             "data_prep": sha256_file(stage.folder / "data_prep.py"),
@@ -53,7 +57,7 @@ def prep_key(stage: ResolvedStage, seed: int, tokenizer_hash: str | None) -> str
             "eval": stage.resolved.get("eval"),
             "seed": seed,
             "profile": stage.profile,
-            "tokenizer": tokenizer_hash,
+            "input": input_hash,
         }
     )
 
@@ -64,11 +68,11 @@ def run_data_prep(
     *,
     seed: int,
     tokenizer_dir: Path | None,
-    tokenizer_hash: str | None,
+    input_hash: str | None,
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Prepare ``data_dir`` unless its record matches; returns the prep summary."""
-    key = prep_key(stage, seed, tokenizer_hash)
+    key = prep_key(stage, seed, input_hash)
     record_path = data_dir / PREP_RECORD
     if record_path.is_file():
         record = json.loads(record_path.read_text())
