@@ -22,7 +22,6 @@ from infra.atomic import atomic_write_json, atomic_write_text
 from infra.backends import Backend, StageJob, get_backend
 from infra.handoff import (
     HandoffError,
-    chat_template_hash,
     export_path,
     read_handoff,
     verify_handoff,
