@@ -1,4 +1,4 @@
-"""Production backend: rendered slime commands for the fixture copy of recipes/rufus-air.yaml.
+"""Production backend: rendered slime commands for the real recipes/rufus-air.yaml and its stage configs.
 
 No GPU or slime here: commands are rendered and validated against the pinned flag table only. Golden
 files are regenerated with ``RUFUS_REGEN_GOLDEN=1 pytest tests/test_production_plan.py``.
@@ -14,18 +14,19 @@ import pytest
 
 from infra.backends import StageJob
 from infra.production.backend import ProductionBackend
+from infra.production.cluster import ClusterProfile
 from infra.production.flags import check_argv
-from infra.production.plan import check_plan, format_plan, render_plan
+from infra.production.plan import check_plan, format_plan, render_plan, render_stage
 from infra.production.validate import cross_flag_problems, table16_problems
 from infra.recipe import load_recipe
 
-FIXTURE = Path(__file__).parent / "fixtures" / "production" / "recipes" / "air.yaml"
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "rufus-air.yaml"
 GOLDEN = Path(__file__).parent / "golden" / "production"
 
 
 @pytest.fixture(scope="module")
 def loaded():
-    return load_recipe(FIXTURE)
+    return load_recipe(RECIPE, profile="production")
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,26 @@ def test_sft_and_rl_specifics(plans):
     p1 = coding.trains[1].argv
     assert p1[p1.index("--start-rollout-id") + 1] == "23" and p1[p1.index("--num-rollout") + 1] == "34"
     assert "--use-kl-loss" in p1 and p1[p1.index("--kl-loss-coef") + 1] == "1e-06"
+
+
+def test_eval_sampling_and_seeds(plans):
+    reasoning = plans[1].trains[0].argv
+    # 01 asks for 4 eval samples at temperature 0: identical greedy answers, so one is drawn.
+    assert reasoning[reasoning.index("--eval-temperature") + 1] == "0.0"
+    assert reasoning[reasoning.index("--n-samples-per-eval-prompt") + 1] == "1"
+    for p in plans:
+        argv = p.trains[0].argv
+        assert argv[argv.index("--seed") + 1] == "1234" and argv[argv.index("--rollout-seed") + 1] == "42"
+
+
+def test_sampled_eval_keeps_its_sample_count(loaded):
+    stage = loaded.stages[1]
+    cfg = stage.config.model_copy(deep=True)
+    cfg.eval.temperature = 0.6
+    argv = render_stage(stage.id, cfg, "/m/in", ClusterProfile(), "r", seed=5).trains[0].argv
+    assert argv[argv.index("--n-samples-per-eval-prompt") + 1] == "4"
+    assert argv[argv.index("--eval-temperature") + 1] == "0.6" and "--eval-top-k" not in argv
+    assert argv[argv.index("--rollout-seed") + 1] == "47"
 
 
 def test_typos_bad_values_and_rules_are_caught():

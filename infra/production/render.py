@@ -273,19 +273,23 @@ def _eval(stage_id: str, config: StageConfig, cluster: ClusterProfile, phase: in
     metrics = [*config.eval.targets, *config.eval.guardrails]
     out: list[str] = []
     if config.kind == "sft":
-        return out  # SFT is train-only in slime; held-out selection runs on --save-hf snapshots (plan step)
+        # SFT is train-only in slime (--debug-train-only): no in-run eval. The --save-hf snapshots are what
+        # a held-out selection would read; the plan itself exports the latest iteration.
+        return out
     interval = config.production.eval_interval or config.production.save_interval
     _flag(out, "--eval-interval", interval)
     out.append("--eval-prompt-data")
     for m in metrics:
         out += [m, str(data / f"{m}.jsonl")]
     ro, _ = _phase_rollout(config, phase)
-    _flag(out, "--n-samples-per-eval-prompt", config.eval.samples_per_prompt)
+    greedy = config.eval.temperature <= 0
+    # Greedy samples of one prompt are all the same answer: avg@k equals avg@1, so draw one.
+    _flag(out, "--n-samples-per-eval-prompt", 1 if greedy else config.eval.samples_per_prompt)
     _flag(out, "--eval-max-response-len", config.eval.max_response_tokens or ro["max_response_tokens"])
-    if config.eval.temperature > 0:
-        _flag(out, "--eval-temperature", config.eval.temperature)
+    if greedy:
+        out += ["--eval-temperature", "0.0", "--eval-top-k", "1"]
     else:
-        out += ["--eval-temperature", "0.0", "--eval-top-k", "1"]  # greedy
+        _flag(out, "--eval-temperature", config.eval.temperature)
     return out
 
 
@@ -321,7 +325,9 @@ def _wandb(run_name: str, stage_id: str, cluster: ClusterProfile, phase: int) ->
 def _misc(config: StageConfig, seed: int) -> list[str]:
     out = ["--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--accumulate-allreduce-grads-in-fp32"]
     out += ["--attention-softmax-in-fp32", "--attention-backend", "flash"]
+    # The recipe seed moves both of slime's seeds off their defaults (1234 for Megatron, 42 for data order).
     _flag(out, "--seed", seed + 1234)
+    _flag(out, "--rollout-seed", seed + 42)
     for key, value in config.production.extra_args.items():
         flag = key if key.startswith("--") else "--" + key.replace("_", "-")
         if value is True:
