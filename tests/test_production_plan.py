@@ -83,9 +83,9 @@ def test_sft_and_rl_specifics(plans):
 
 def test_eval_sampling_and_seeds(plans):
     reasoning = plans[1].trains[0].argv
-    # 01 asks for 4 eval samples at temperature 0: identical greedy answers, so one is drawn.
-    assert reasoning[reasoning.index("--eval-temperature") + 1] == "0.0"
-    assert reasoning[reasoning.index("--n-samples-per-eval-prompt") + 1] == "1"
+    # 01 evaluates avg@4 at temperature 1.0: sampled, so all four samples are drawn.
+    assert float(reasoning[reasoning.index("--eval-temperature") + 1]) == 1.0
+    assert reasoning[reasoning.index("--n-samples-per-eval-prompt") + 1] == "4"
     for p in plans:
         argv = p.trains[0].argv
         assert argv[argv.index("--seed") + 1] == "1234" and argv[argv.index("--rollout-seed") + 1] == "42"
