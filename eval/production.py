@@ -37,7 +37,7 @@ class EvalCluster:
     mem_fraction_static: float = 0.85
     data_root: Path = Path("/data/benchmarks")
     native_root: Path = Path("/opt/eval")
-    output_root: Path = Path("eval_results")
+    output_root: Path = Path("/mnt/rufus/eval_results")
     num_concurrent: int = 64
     seed: int = 0
     temperature: float | None = None

@@ -32,6 +32,7 @@ class Step:
     name: str
     argv: list[str]
     where: str = "head"
+    background: bool = False
 
 
 @dataclass
@@ -107,6 +108,7 @@ def render_stage(
         rayjobs[name] = launch.rayjob_manifest(name, prod.nodes, cluster, entry)
     for i, argv in enumerate(chain.export_commands(stage_id, init_hf, cluster, num_phases(config) - 1)):
         steps.append(Step(["export_hf", "verify_handoff"][i], argv))
+    steps += benchmark_eval_steps(stage_id, init_hf, cluster.hf_export(stage_id))
     return StagePlan(
         stage_id,
         config.kind,
@@ -120,6 +122,28 @@ def render_stage(
         rayjobs,
         (config.paper.source, config.paper.section),
     )
+
+
+def benchmark_eval_steps(stage_id: str, init_hf: str, export_hf: str) -> list[Step]:
+    """Serve and score the stage's input and output checkpoints on its paper benchmarks (Table 2 rows).
+
+    The benchmarks are the stage's targets and guardrails in ``eval.registry``; the commands come from
+    ``eval.production`` (SGLang server in the background, lm-evaluation-harness or the benchmark's own
+    scorer, then collection), run on one eval node after the export is verified.
+    """
+    from eval.production import render_eval_plan
+    from eval.registry import for_stage
+
+    roles = for_stage(stage_id)
+    names = list(dict.fromkeys(b.name for b in roles["targets"] + roles["guardrails"]))
+    if not names:
+        return []
+    steps: list[Step] = []
+    for which, ckpt in (("input", init_hf), ("output", export_hf)):
+        for e in render_eval_plan(Path(ckpt), names):
+            steps.append(Step(f"eval_{which}_{e.name}", e.argv, where="eval node", background=e.background))
+        steps.append(Step(f"eval_{which}_stop_server", ["kill", "${EVAL_SERVER_PID}"], where="eval node"))
+    return steps
 
 
 def render_plan(loaded: LoadedRecipe, cluster: ClusterProfile | None = None) -> list[StagePlan]:
@@ -176,7 +200,8 @@ def commands_sh(plan: StagePlan) -> str:
     for step in plan.steps:
         lines.append(f"# {step.name} (where: {step.where})")
         head, *groups = _argv_lines(step.argv)
-        lines.append(" \\\n    ".join([head, *groups]))
+        command = " \\\n    ".join([head, *groups])
+        lines.append(f"{command} &\nEVAL_SERVER_PID=$!" if step.background else command)
         lines.append("")
     return "\n".join(lines)
 
@@ -194,7 +219,9 @@ def format_plan(plans: list[StagePlan], fmt: str = "text") -> str:
                     "init_hf": p.init_hf,
                     "export_hf": p.export_hf,
                     "commands": [s.argv for s in p.steps],
-                    "steps": [{"name": s.name, "where": s.where} for s in p.steps],
+                    "steps": [
+                        {"name": s.name, "where": s.where, "background": s.background} for s in p.steps
+                    ],
                     "files": p.files,
                 }
                 for p in plans
@@ -242,5 +269,14 @@ def render_stage_command_text(
     loaded = load_recipe(recipe or DEFAULT_RECIPE, profile="production")
     for p in render_plan(loaded, cluster):
         if p.stage == stage_id:
-            return commands_sh(p)
+            evals = [s for s in p.steps if s.name.startswith("eval_")]
+            p.steps = [s for s in p.steps if not s.name.startswith("eval_")]
+            text = commands_sh(p)
+            if evals:
+                text += (
+                    f"# then {len(evals)} evaluation steps score the input and output checkpoints on the"
+                    " stage's paper benchmarks\n# (SGLang server + lm-evaluation-harness or the benchmark's"
+                    " own scorer): `rufus plan recipes/rufus-air.yaml` prints them.\n"
+                )
+            return text
     raise KeyError(f"no stage {stage_id!r} in {recipe or DEFAULT_RECIPE}")

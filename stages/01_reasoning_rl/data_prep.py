@@ -16,25 +16,29 @@ subject) → exact overlap with the held-out sets → 8-gram decontamination →
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from data_prep import filters
-from data_prep.io import MalformedCounter, read_jsonl, write_jsonl
+from data_prep.io import MalformedCounter
 from data_prep.manifest import Manifest
+from data_prep.rl_stage import (
+    Endpoint,
+    benchmark_items,
+    cap_families,
+    endpoint_filter,
+    load_sources,
+    screen_against_evals,
+    source_records,
+    start_manifest,
+    write_train,
+)
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import generate
-from data_prep.tiny_tasks.rl_prep import (
-    decontaminate,
-    drop_heldout_overlap,
-    heldout_benchmarks,
-    load_rows,
-    reference_self_check,
-    rows_to_jsonl,
-    write_stage_heldout,
-)
+from data_prep.tiny_tasks.rl_prep import heldout_benchmarks, reference_self_check
 from rewards.contract import get_reward
 from rewards.reasoning import FAMILIES, assign_family
 
@@ -46,15 +50,6 @@ class Learnability(BaseModel):
     samples: int = Field(8, ge=1, description="Policy samples per prompt.")
     drop_above: float = Field(0.8, description="Drop prompts solved more often than this.")
     drop_zero: bool = Field(True, description="Drop prompts with zero observed success.")
-
-
-class Endpoint(BaseModel):
-    """An OpenAI-compatible chat endpoint (SGLang in production)."""
-
-    model_config = ConfigDict(extra="forbid")
-    base_url: str
-    model: str
-    api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
 
 
 class RLSource(BaseModel):
@@ -100,11 +95,6 @@ class Params(BaseModel):
         return v
 
 
-def _metrics(ctx: Any) -> list[str]:
-    cfg = ctx.stage.config.eval
-    return [*cfg.targets, *cfg.guardrails]
-
-
 def _params(ctx: Any) -> Params:
     p = ctx.params
     return p if isinstance(p, Params) else Params.model_validate(p)
@@ -113,24 +103,13 @@ def _params(ctx: Any) -> Params:
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
     params = _params(ctx)
-    manifest = Manifest(
-        "rl_prompts:01_reasoning_rl",
-        args={**params.model_dump(), "profile": ctx.profile, "seed": ctx.seed},
-        code_files=[Path(__file__)],
-    )
-    heldout = write_stage_heldout(_metrics(ctx), params.heldout_per_metric, ctx.seed, ctx.heldout_dir)
-    for path in heldout.values():
-        manifest.add_output(path)
+    manifest, heldout = start_manifest(ctx, "rl_prompts:01_reasoning_rl", params, [Path(__file__)])
     if ctx.profile == "embedded":
         rows = _embedded_rows(params, ctx.seed, heldout, manifest)
     else:
         rows = _production_rows(params, heldout, manifest)
-    train = ctx.out_dir / "train.jsonl"
-    manifest.add_output(train, write_jsonl(train, rows_to_jsonl(rows)))
-    manifest.write(ctx.out_dir / "manifest.json")
-    by_family: dict[str, int] = {}
-    for row in rows:
-        by_family[row.metadata["family"]] = by_family.get(row.metadata["family"], 0) + 1
+    write_train(ctx.out_dir, rows, manifest)
+    by_family = dict(Counter(row.metadata["family"] for row in rows))
     return {"train": len(rows), "families": by_family, "heldout": {m: str(p) for m, p in heldout.items()}}
 
 
@@ -142,11 +121,7 @@ def _embedded_rows(
     )
     tasks = [t for fam, n in params.families.items() for t in generate(fam, n, seed, "train")]
     manifest.step("generated", len(tasks))
-    tasks, overlap = drop_heldout_overlap(tasks, load_rows(heldout.values()))
-    manifest.step("heldout_overlap", len(tasks), dropped=overlap)
-    tasks, report = decontaminate(tasks, heldout_benchmarks(heldout))
-    manifest.set("decontamination", report)
-    manifest.step("decontamination", len(tasks), dropped=report["removed"])
+    tasks = screen_against_evals(tasks, heldout, heldout_benchmarks(heldout), manifest)
     tasks, failures = reference_self_check(tasks)
     manifest.step(
         "correctness",
@@ -166,15 +141,14 @@ def _embedded_rows(
 
 def source_rows(source: RLSource, malformed: MalformedCounter) -> list[PromptRow]:
     """Return the prompt rows of one source (hub via ``datasets.load_dataset``, or its local files)."""
-    if source.local_files:
-        records = ((w, r) for f in source.local_files for w, r in read_jsonl(f, malformed))
-    else:
-        import datasets
-
-        stream = datasets.load_dataset(
-            source.hub_id, name=source.config, split=source.split, revision=source.revision, streaming=True
-        )
-        records = ((f"{source.hub_id}#{i}", dict(r)) for i, r in enumerate(stream))
+    records = source_records(
+        source.local_files,
+        source.hub_id,
+        malformed,
+        split=source.split,
+        revision=source.revision,
+        config=source.config,
+    )
     rows = []
     for where, rec in records:
         question, answer = rec.get(source.question_key), rec.get(source.answer_key)
@@ -201,24 +175,10 @@ def source_rows(source: RLSource, malformed: MalformedCounter) -> list[PromptRow
 
 
 def _production_rows(params: Params, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
-    malformed = MalformedCounter()
-    rows: list[PromptRow] = []
-    for source in params.sources:
-        manifest.add_source({**source.model_dump(), "revision": source.revision or "unpinned"})
-        rows += source_rows(source, malformed)
-    manifest.set("malformed", malformed.as_dict())
-    manifest.step("loaded", len(rows))
-    rows, overlap = drop_heldout_overlap(rows, load_rows(heldout.values()))
-    manifest.step("heldout_overlap", len(rows), dropped=overlap)
-    benchmarks = {
-        name: [(r["id"], r.get("text", "")) for r in _benchmark_items(name, path)]
-        for name, path in params.benchmarks.items()
-    }
-    rows, report = decontaminate(rows, benchmarks)
-    manifest.set("decontamination", report)
-    manifest.step("decontamination", len(rows), dropped=report["removed"])
+    rows = load_sources(params.sources, source_rows, manifest)
+    rows = screen_against_evals(rows, heldout, benchmark_items(params.benchmarks), manifest)
     reward = get_reward("reasoning")
-    rows = _endpoint_filter(
+    rows = endpoint_filter(
         rows,
         params.teacher if params.teacher_correctness else None,
         filters.teacher_solvability(params.teacher_samples),
@@ -232,44 +192,5 @@ def _production_rows(params: Params, heldout: dict[str, Path], manifest: Manifes
         drop_above=params.learnability.drop_above,
         drop_zero=params.learnability.drop_zero,
     )
-    rows = _endpoint_filter(rows, params.policy, rule, reward, manifest, "learnability")
-    return _cap_families(rows, params.families, manifest)
-
-
-def _benchmark_items(name: str, path: str) -> list[dict]:
-    from data_prep.benchmarks import load_benchmark
-
-    return [{"id": item.id, "text": item.text} for item in load_benchmark(name, path)]
-
-
-def _endpoint_filter(
-    rows: list[PromptRow],
-    endpoint: Endpoint | None,
-    rule: filters.BandRule,
-    reward: Any,
-    manifest: Manifest,
-    step: str,
-) -> list[PromptRow]:
-    if endpoint is None:
-        manifest.step(step, len(rows), skipped=True, reason=f"no endpoint configured for the {step} filter")
-        return rows
-    import os
-
-    from data_prep.teacher import ChatClient
-
-    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    client = ChatClient(endpoint.base_url, endpoint.model, api_key=key)
-    report = filters.filter_prompts(rows, rule, client.as_generate(temperature=1.0), reward)
-    manifest.step(step, len(report.kept), **report.counts())
-    return report.kept
-
-
-def _cap_families(rows: list[PromptRow], families: dict[str, int], manifest: Manifest) -> list[PromptRow]:
-    kept, seen = [], dict.fromkeys(families, 0)
-    for row in rows:
-        fam = row.metadata["family"]
-        if fam in seen and seen[fam] < families[fam]:
-            seen[fam] += 1
-            kept.append(row)
-    manifest.step("family_caps", len(kept), per_family=seen)
-    return kept
+    rows = endpoint_filter(rows, params.policy, rule, reward, manifest, "learnability")
+    return cap_families(rows, params.families, manifest, "family_caps")

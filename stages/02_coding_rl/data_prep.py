@@ -20,28 +20,34 @@ of the *input* checkpoint (zero-pass problems stay; nothing is re-filtered durin
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data_prep import filters
+from data_prep import code_problems, filters
+from data_prep.code_problems import (
+    MODALITIES,
+    CodeSource,
+    Problem,
+    check_pinned,
+    generated_problems,
+    lcb_problems,
+    source_problems,
+)
 from data_prep.dedup import CHAR_NGRAM, PREFIX_CHARS, LeakIndex, dedup_exact
-from data_prep.io import MalformedCounter, read_jsonl, sha256_file, write_jsonl
+from data_prep.io import MalformedCounter, sha256_file
 from data_prep.manifest import Manifest
+from data_prep.rl_stage import Endpoint, endpoint_generate, start_manifest, write_train
 from data_prep.schema import PromptRow
-from data_prep.tiny_tasks import generate, heldout_tasks
+from data_prep.tiny_tasks import heldout_tasks
 from data_prep.tiny_tasks.common import int_seed
-from data_prep.tiny_tasks.rl_prep import prompt_text, write_stage_heldout
+from data_prep.tiny_tasks.rl_prep import prompt_text
 from rewards.code_reward import MAX_TESTS, parse_problem, score_batch
 from rewards.contract import RewardRequest, RewardResult
 
-MODALITIES = ("fn", "io")
 SYSTEM_PROMPTS = {
     "fn": "Solve the task by writing the requested Python function. Reply with the complete code in one "
     "fenced ```python block; it is checked by assert tests.",
@@ -49,34 +55,6 @@ SYSTEM_PROMPTS = {
     "Reply with the complete code in one fenced ```python block.",
 }
 WARMUP_BATCH = 128
-
-
-class CodeSource(BaseModel):
-    """One problem source: hub dataset (or local JSONL copies) and where its fields live (dotted paths)."""
-
-    model_config = ConfigDict(extra="forbid")
-    hub_id: str
-    revision: str | None = Field(None, description="Hub commit to pin; production refuses None.")
-    config: str | None = None
-    split: str = "train"
-    modality: Literal["fn", "io", "mixed"]
-    modality_mix: dict[Literal["fn", "io"], int] | None = Field(None, description="fn/io counts if mixed.")
-    statement_key: str = Field("question", description="Statement text, or chat messages (last user turn).")
-    tests_key: str | None = Field("tests", description="Assert strings (or a JSON string of them / of io).")
-    fn_name_key: str | None = None
-    inputs_key: str | None = "inputs"
-    outputs_key: str | None = "outputs"
-    reference_key: str | None = Field(None, description="Reference solution code, if the source has one.")
-    license: str = "see hub page"
-    local_files: list[str] = Field(default_factory=list, description="Read these JSONL files instead.")
-
-    @model_validator(mode="after")
-    def _mix(self) -> CodeSource:
-        if (self.modality == "mixed") != bool(self.modality_mix and sum(self.modality_mix.values()) > 0):
-            raise ValueError(
-                "modality_mix (positive fn/io counts) is required for, and only for, mixed sources"
-            )
-        return self
 
 
 class LeakRule(BaseModel):
@@ -94,15 +72,6 @@ class LeakRule(BaseModel):
                 f"lcb_leak.prefix_chars/ngram must be {PREFIX_CHARS}/{CHAR_NGRAM} (data_prep.dedup.LeakIndex)"
             )
         return self
-
-
-class Endpoint(BaseModel):
-    """An OpenAI-compatible chat endpoint (SGLang in production)."""
-
-    model_config = ConfigDict(extra="forbid")
-    base_url: str
-    model: str
-    api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
 
 
 class Params(BaseModel):
@@ -141,107 +110,6 @@ class Params(BaseModel):
 def source_specs(params: Params) -> dict[str, CodeSource]:
     """Return the spec of every configured source, in ``sources`` order."""
     return {name: params.specs[name] for name in params.sources}
-
-
-def check_pinned(specs: dict[str, CodeSource], allow_unpinned: bool) -> None:
-    """Raise ValueError naming every hub source without a pinned revision (local files are hashed)."""
-    unpinned = [f"{n} ({s.hub_id})" for n, s in specs.items() if s.revision is None and not s.local_files]
-    if unpinned and not allow_unpinned:
-        raise ValueError(
-            f"{len(unpinned)} Coding RL source(s) have no pinned revision: {', '.join(unpinned)}; set "
-            "data.specs.<name>.revision: <commit> (or specs.<name>.local_files, or data.allow_unpinned: true)"
-        )
-
-
-@dataclass
-class Problem:
-    """One candidate problem: statement, test payload (the reward's label) and optional reference."""
-
-    id: str
-    source: str
-    statement: str
-    label: dict[str, Any]
-    reference: str | None = None  # a full response (fenced code), as the policy would write it
-    modality: str = ""
-
-    def row(self, system_prompts: dict[str, str]) -> PromptRow:
-        """Return the RL prompt row (system prompt of the modality, then the statement)."""
-        meta = {"reward": "code", "family": "code", "modality": self.modality, "source": self.source}
-        if self.label.get("fn_name"):
-            meta["fn_name"] = self.label["fn_name"]
-        prompt = [
-            {"role": "system", "content": system_prompts[self.modality]},
-            {"role": "user", "content": self.statement},
-        ]
-        return PromptRow(id=self.id, prompt=prompt, label=self.label, metadata=meta)
-
-
-def _dig(record: dict, path: str | None) -> Any:
-    """Return the value at a dotted ``path`` of a record (None when the path is unset or absent)."""
-    if not path:
-        return None
-    value: Any = record
-    for part in path.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
-
-def _statement(raw: Any) -> str | None:
-    if isinstance(raw, list):  # chat messages: the last user turn is the statement
-        users = [m.get("content") for m in raw if isinstance(m, dict) and m.get("role") == "user"]
-        raw = users[-1] if users else None
-    return raw if isinstance(raw, str) and raw.strip() else None
-
-
-def _label(record: dict, spec: CodeSource) -> dict[str, Any]:
-    tests = _dig(record, spec.tests_key)
-    if isinstance(tests, str):
-        try:
-            tests = json.loads(tests)
-        except json.JSONDecodeError:
-            tests = [tests]
-    if isinstance(tests, dict) and ("inputs" in tests or "outputs" in tests):
-        return {"inputs": tests.get("inputs"), "outputs": tests.get("outputs")}
-    if tests is not None:
-        label = {"tests": tests}
-        fn_name = _dig(record, spec.fn_name_key)
-        return {**label, "fn_name": fn_name} if fn_name else label
-    return {"inputs": _dig(record, spec.inputs_key), "outputs": _dig(record, spec.outputs_key)}
-
-
-def source_problems(name: str, spec: CodeSource, malformed: MalformedCounter) -> list[Problem]:
-    """Return the problems of one source (its local files, else the hub at its revision)."""
-    if spec.local_files:
-        records = ((w, r) for f in spec.local_files for w, r in read_jsonl(f, malformed))
-    else:
-        import datasets
-
-        stream = datasets.load_dataset(
-            spec.hub_id, name=spec.config, split=spec.split, revision=spec.revision, streaming=True
-        )
-        records = ((f"{spec.hub_id}#{i}", dict(r)) for i, r in enumerate(stream))
-    out = []
-    for where, rec in records:
-        statement = _statement(_dig(rec, spec.statement_key))
-        if statement is None:
-            malformed.add("missing_statement", where, f"key {spec.statement_key}")
-            continue
-        ref = _dig(rec, spec.reference_key)
-        ref = f"```python\n{ref}\n```" if isinstance(ref, str) and ref.strip() else None
-        out.append(Problem(f"{name}-{len(out)}", name, statement, _label(rec, spec), ref))
-    return out
-
-
-def generated_problems(name: str, spec: CodeSource, count: int, seed: int) -> list[Problem]:
-    """Return ``count`` tiny coding problems for one source, in its modality mix (embedded profile)."""
-    mix = spec.modality_mix or {spec.modality: 1}
-    n_fn = round(count * mix.get("fn", 0) / sum(mix.values()))
-    want = {"fn": n_fn, "io": count - n_fn}
-    tasks = generate("code", 2 * max(want.values()) + 1, int_seed(seed, name), "train")
-    picked = [t for m in MODALITIES for t in [t for t in tasks if t.metadata["modality"] == m][: want[m]]]
-    return [Problem(f"{name}-{t.id}", name, t.prompt[-1]["content"], t.label, t.response()) for t in picked]
 
 
 def load_candidates(
@@ -319,19 +187,6 @@ def leak_filter(problems: list[Problem], index: LeakIndex) -> tuple[list[Problem
             )
     by_reason = dict(Counter(x["reason"] for x in leaks))
     return kept, {"scanned": len(problems), "removed": len(leaks), "by_reason": by_reason, "leaks": leaks}
-
-
-def lcb_problems(paths: list[str]) -> list[tuple[str, str]]:
-    """Return ``(question_id, question_content)`` of local LiveCodeBench files (tests are not decoded)."""
-    from eval.loaders import BadRecord, read_records
-
-    out = []
-    for path in paths:
-        for no, row in read_records(Path(path)):
-            if isinstance(row, BadRecord) or not isinstance(row.get("question_content"), str):
-                raise ValueError(f"{path} record {no}: not a LiveCodeBench row with 'question_content'")
-            out.append((str(row.get("question_id", f"{Path(path).name}:{no}")), row["question_content"]))
-    return out
 
 
 def _score(rows: list[PromptRow], groups: list[list[str]]) -> list[list[RewardResult]]:
@@ -426,13 +281,6 @@ def warmup_completions(
     return [texts[i * n : (i + 1) * n] for i in range(len(rows))]
 
 
-def _client_generate(endpoint: Endpoint, **kwargs: Any) -> filters.Generate:
-    from data_prep.teacher import ChatClient
-
-    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    return ChatClient(endpoint.base_url, endpoint.model, api_key=key).as_generate(**kwargs)
-
-
 def _params(ctx: Any) -> Params:
     p = ctx.params
     return p if isinstance(p, Params) else Params.model_validate(p)
@@ -465,7 +313,7 @@ def _teacher_step(
         manifest.step("teacher_solvability", len(rows), skipped=True, reason=why)
         return rows
     n = params.teacher_samples
-    groups = _client_generate(params.teacher, temperature=1.0)([r.prompt for r in rows], n)
+    groups = endpoint_generate(params.teacher, temperature=1.0)([r.prompt for r in rows], n)
     report, stats = screen(rows, groups, filters.teacher_solvability(n))
     manifest.step("teacher_solvability", len(report.kept), **report.counts(), **stats, samples=n)
     return report.kept
@@ -479,7 +327,7 @@ def _warmup_step(rows: list[PromptRow], params: Params, ctx: Any, manifest: Mani
         groups = warmup_completions(model_dir, rows, n, budget, seed)
         policy: dict[str, Any] = {"model": str(model_dir), "weights_sha256": _weights_hash(model_dir)}
     elif params.policy is not None:
-        groups = _client_generate(params.policy, temperature=1.0, max_tokens=budget)(
+        groups = endpoint_generate(params.policy, temperature=1.0, max_tokens=budget)(
             [r.prompt for r in rows], n
         )
         policy = params.policy.model_dump()
@@ -503,12 +351,8 @@ def prepare(ctx: Any) -> dict[str, Any]:
         raise ValueError(
             "02_coding_rl data prep needs the input checkpoint (ctx.tokenizer_dir) for the warm-up"
         )
-    args = {**params.model_dump(), "profile": ctx.profile, "seed": ctx.seed}
-    manifest = Manifest("rl_prompts:02_coding_rl", args=args, code_files=[Path(__file__)])
-    metrics = [*ctx.stage.config.eval.targets, *ctx.stage.config.eval.guardrails]
-    heldout = write_stage_heldout(metrics, params.heldout_per_metric, ctx.seed, ctx.heldout_dir)
-    for path in heldout.values():
-        manifest.add_output(path)
+    code_files = [Path(__file__), Path(code_problems.__file__)]
+    manifest, heldout = start_manifest(ctx, "rl_prompts:02_coding_rl", params, code_files)
 
     problems = load_candidates(params, ctx.profile, ctx.seed, manifest)
     manifest.step("system_prompt", len(problems), prompts=params.system_prompts)
@@ -536,9 +380,7 @@ def prepare(ctx: Any) -> dict[str, Any]:
     per_modality = dict(Counter(r.metadata["modality"] for r in rows))
     table7 = None if embedded else dict(params.sources)
     manifest.step("final", len(rows), per_source=per_source, per_modality=per_modality, table7=table7)
-    train = ctx.out_dir / "train.jsonl"
-    manifest.add_output(train, write_jsonl(train, (r.model_dump(mode="json") for r in rows)))
-    manifest.write(ctx.out_dir / "manifest.json")
+    write_train(ctx.out_dir, rows, manifest)
     heldout_paths = {m: str(p) for m, p in heldout.items()}
     return {"train": len(rows), "sources": per_source, "modalities": per_modality, "heldout": heldout_paths}
 

@@ -16,25 +16,29 @@ with the held-out sets → 8-gram decontamination → quality (teacher passes at
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from data_prep import filters
-from data_prep.io import MalformedCounter, read_jsonl, write_jsonl
+from data_prep.io import MalformedCounter
 from data_prep.manifest import Manifest
+from data_prep.rl_stage import (
+    Endpoint,
+    benchmark_items,
+    cap_families,
+    endpoint_filter,
+    load_sources,
+    screen_against_evals,
+    source_records,
+    start_manifest,
+    write_train,
+)
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import instructions
-from data_prep.tiny_tasks.rl_prep import (
-    decontaminate,
-    drop_heldout_overlap,
-    heldout_benchmarks,
-    load_rows,
-    reference_self_check,
-    rows_to_jsonl,
-    write_stage_heldout,
-)
+from data_prep.tiny_tasks.rl_prep import heldout_benchmarks, reference_self_check
 from rewards.contract import get_reward
 from rewards.instruction_following import validate_rubrics
 
@@ -45,15 +49,6 @@ class Difficulty(BaseModel):
     model_config = ConfigDict(extra="forbid")
     samples: int = Field(8, ge=1)
     drop_above: float = Field(0.8, ge=0, le=1)
-
-
-class Endpoint(BaseModel):
-    """An OpenAI-compatible chat endpoint (SGLang in production)."""
-
-    model_config = ConfigDict(extra="forbid")
-    base_url: str
-    model: str
-    api_key_env: str | None = None
 
 
 class RowSource(BaseModel):
@@ -99,27 +94,13 @@ def _params(ctx: Any) -> Params:
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
     params = _params(ctx)
-    manifest = Manifest(
-        "rl_prompts:03_if_rl",
-        args={**params.model_dump(), "profile": ctx.profile, "seed": ctx.seed},
-        code_files=[Path(__file__)],
-    )
-    cfg = ctx.stage.config.eval
-    heldout = write_stage_heldout(
-        [*cfg.targets, *cfg.guardrails], params.heldout_per_metric, ctx.seed, ctx.heldout_dir
-    )
-    for path in heldout.values():
-        manifest.add_output(path)
+    manifest, heldout = start_manifest(ctx, "rl_prompts:03_if_rl", params, [Path(__file__)])
     if ctx.profile == "embedded":
         rows = _embedded_rows(params, ctx.seed, heldout, manifest)
     else:
         rows = _production_rows(params, heldout, manifest)
-    train = ctx.out_dir / "train.jsonl"
-    manifest.add_output(train, write_jsonl(train, rows_to_jsonl(rows)))
-    manifest.write(ctx.out_dir / "manifest.json")
-    kinds: dict[str, int] = {}
-    for row in rows:
-        kinds[row.metadata["family"]] = kinds.get(row.metadata["family"], 0) + 1
+    write_train(ctx.out_dir, rows, manifest)
+    kinds = dict(Counter(row.metadata["family"] for row in rows))
     return {"train": len(rows), "families": kinds, "heldout": {m: str(p) for m, p in heldout.items()}}
 
 
@@ -138,11 +119,7 @@ def _embedded_rows(
     )
     tasks += instructions.multi_turn(params.multi_turn, seed, "train")
     manifest.step("synthesised", len(tasks))
-    tasks, overlap = drop_heldout_overlap(tasks, load_rows(heldout.values()))
-    manifest.step("heldout_overlap", len(tasks), dropped=overlap)
-    tasks, report = decontaminate(tasks, heldout_benchmarks(heldout))
-    manifest.set("decontamination", report)
-    manifest.step("decontamination", len(tasks), dropped=report["removed"])
+    tasks = screen_against_evals(tasks, heldout, heldout_benchmarks(heldout), manifest)
     tasks, failures = reference_self_check(tasks)
     manifest.step(
         "quality", len(tasks), rule="constructive reference passes every rubric", dropped_by_reason=failures
@@ -158,17 +135,11 @@ def _embedded_rows(
 
 def source_rows(source: RowSource, malformed: MalformedCounter) -> list[PromptRow]:
     """Return the valid rows of one source; rows with a bad schema or bad rubrics are dropped and counted."""
-    if source.local_files:
-        records = ((w, r) for f in source.local_files for w, r in read_jsonl(f, malformed))
-    elif source.hub_id:
-        import datasets
-
-        stream = datasets.load_dataset(
-            source.hub_id, split=source.split, revision=source.revision, streaming=True
-        )
-        records = ((f"{source.hub_id}#{i}", dict(r)) for i, r in enumerate(stream))
-    else:
+    if not source.local_files and not source.hub_id:
         raise ValueError(f"data.sources[{source.name}]: give hub_id or local_files")
+    records = source_records(
+        source.local_files, source.hub_id, malformed, split=source.split, revision=source.revision
+    )
     family = "if_multi_constraint" if source.kind == "multi_constraint" else "if_multiturn"
     rows = []
     for where, rec in records:
@@ -184,23 +155,10 @@ def source_rows(source: RowSource, malformed: MalformedCounter) -> list[PromptRo
 
 
 def _production_rows(params: Params, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
-    malformed = MalformedCounter()
-    rows: list[PromptRow] = []
-    for source in params.sources:
-        manifest.add_source({**source.model_dump(), "revision": source.revision or "unpinned"})
-        rows += source_rows(source, malformed)
-    manifest.set("malformed", malformed.as_dict())
-    manifest.step("loaded", len(rows))
-    rows, overlap = drop_heldout_overlap(rows, load_rows(heldout.values()))
-    manifest.step("heldout_overlap", len(rows), dropped=overlap)
-    from data_prep.benchmarks import load_benchmark
-
-    benchmarks = {n: [(i.id, i.text) for i in load_benchmark(n, p)] for n, p in params.benchmarks.items()}
-    rows, report = decontaminate(rows, benchmarks)
-    manifest.set("decontamination", report)
-    manifest.step("decontamination", len(rows), dropped=report["removed"])
+    rows = load_sources(params.sources, source_rows, manifest)
+    rows = screen_against_evals(rows, heldout, benchmark_items(params.benchmarks), manifest)
     reward = get_reward("if_rubrics")
-    rows = _endpoint_filter(
+    rows = endpoint_filter(
         rows,
         params.teacher,
         filters.teacher_solvability(params.quality_attempts),
@@ -211,36 +169,6 @@ def _production_rows(params: Params, heldout: dict[str, Path], manifest: Manifes
     rule = filters.BandRule(
         "if_difficulty", params.difficulty.samples, drop_above=params.difficulty.drop_above
     )
-    rows = _endpoint_filter(rows, params.policy, rule, reward, manifest, "difficulty")
+    rows = endpoint_filter(rows, params.policy, rule, reward, manifest, "difficulty")
     caps = {"if_multi_constraint": params.multi_constraint, "if_multiturn": params.multi_turn}
-    seen = dict.fromkeys(caps, 0)
-    kept = []
-    for row in rows:
-        fam = row.metadata["family"]
-        if seen[fam] < caps[fam]:
-            seen[fam] += 1
-            kept.append(row)
-    manifest.step("caps", len(kept), per_family=seen)
-    return kept
-
-
-def _endpoint_filter(
-    rows: list[PromptRow],
-    endpoint: Endpoint | None,
-    rule: filters.BandRule,
-    reward: Any,
-    manifest: Manifest,
-    step: str,
-) -> list[PromptRow]:
-    if endpoint is None:
-        manifest.step(step, len(rows), skipped=True, reason=f"no endpoint configured for the {step} filter")
-        return rows
-    import os
-
-    from data_prep.teacher import ChatClient
-
-    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    client = ChatClient(endpoint.base_url, endpoint.model, api_key=key)
-    report = filters.filter_prompts(rows, rule, client.as_generate(temperature=1.0), reward)
-    manifest.step(step, len(report.kept), **report.counts())
-    return report.kept
+    return cap_families(rows, caps, manifest, "caps")
