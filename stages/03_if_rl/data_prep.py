@@ -16,7 +16,6 @@ with the held-out sets → 8-gram decontamination → quality (teacher passes at
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,9 @@ from data_prep.rl_stage import (
     cap_families,
     endpoint_filter,
     load_sources,
+    prepare_prompts,
     screen_against_evals,
     source_records,
-    start_manifest,
-    write_train,
 )
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import instructions
@@ -86,22 +84,10 @@ class Params(BaseModel):
         return v
 
 
-def _params(ctx: Any) -> Params:
-    p = ctx.params
-    return p if isinstance(p, Params) else Params.model_validate(p)
-
-
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
-    params = _params(ctx)
-    manifest, heldout = start_manifest(ctx, "rl_prompts:03_if_rl", params, [Path(__file__)])
-    if ctx.profile == "embedded":
-        rows = _embedded_rows(params, ctx.seed, heldout, manifest)
-    else:
-        rows = _production_rows(params, heldout, manifest)
-    write_train(ctx.out_dir, rows, manifest)
-    kinds = dict(Counter(row.metadata["family"] for row in rows))
-    return {"train": len(rows), "families": kinds, "heldout": {m: str(p) for m, p in heldout.items()}}
+    kind, code = "rl_prompts:03_if_rl", [Path(__file__)]
+    return prepare_prompts(ctx, kind, Params, code, _embedded_rows, _production_rows)
 
 
 def _embedded_rows(
