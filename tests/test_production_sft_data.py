@@ -1,8 +1,9 @@
 """GLM-correct SFT masks under a GLM-4.5-style chat template, plus the handoff and FP8-layer file steps.
 
 The real GLM tokenizer is not available offline; the test builds a word-level tokenizer with GLM's
-special tokens and a template written for this test that renders the GLM-4.5 markup (``[gMASK]<sop>``,
-role markers, ``<think>`` blocks, no end-of-turn token).
+special tokens (``infra.embedded.tokenizer_build.GLM_SPECIAL_TOKENS``) and a template written for this
+test that renders the GLM-4.5 markup (``[gMASK]<sop>``, role markers, ``<think>`` blocks, no end-of-turn
+token).
 """
 
 from __future__ import annotations
@@ -13,21 +14,11 @@ from pathlib import Path
 import pytest
 
 from data_prep.schema import Message, SFTSample
+from infra.embedded.tokenizer_build import GLM_SPECIAL_TOKENS
 from infra.production.handoff import iteration_dir, verify_handoff
 from infra.production.sft_data import glm_tokens_and_mask
 from infra.production.sft_rollout import fill_sft_sample
 
-SPECIAL = [
-    "[gMASK]",
-    "<sop>",
-    "<|system|>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|observation|>",
-    "<think>",
-    "</think>",
-    "<|endoftext|>",
-]
 TEMPLATE = (
     "[gMASK] <sop> {% for m in messages %}"
     "{% if m.role == 'assistant' %}<|assistant|> <think> {{ m.reasoning_content or '' }} </think> "
@@ -44,10 +35,12 @@ def tok():
     from transformers import PreTrainedTokenizerFast
 
     words = "hi what is two plus two four it is sure ok again run ls files a b".split()
-    vocab = {w: i for i, w in enumerate(SPECIAL + sorted(set(words)) + ["[UNK]"])}
+    vocab = {w: i for i, w in enumerate(GLM_SPECIAL_TOKENS + sorted(set(words)) + ["[UNK]"])}
     t = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="[UNK]", additional_special_tokens=SPECIAL)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=t, unk_token="[UNK]", additional_special_tokens=GLM_SPECIAL_TOKENS
+    )
     fast.chat_template = TEMPLATE
     return fast
 

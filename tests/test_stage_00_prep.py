@@ -15,6 +15,7 @@ from data_prep.io import read_jsonl, sha256_file, write_jsonl
 from data_prep.schema import SFTSample
 from data_prep.sources import CATEGORIES, SFT_SOURCES
 from data_prep.tiny_tasks import heldout_tasks
+from data_prep.tiny_tasks.sft_sources import calculate
 from data_prep.validators import validate_sample
 from infra import recipe
 from infra.embedded.chat_format import render_with_loss_mask
@@ -203,7 +204,7 @@ def test_reward_and_calculator():
     assert safe_score(reward, good).score == 1.0
     for bad in ("\\boxed{4}", "<think>x</think>\n4", "<think>unclosed \\boxed{4}", ""):
         assert safe_score(reward, RewardRequest(response=bad, metadata=meta)).score == 0.0
-    calc = stage.module("data_prep").calculate
+    calc = calculate
     assert (calc("6 / 3"), calc("2 * 3 + 1"), calc("7 / 2"), calc("-4 + 1")) == ("2", "7", "3.5", "-3")
     with pytest.raises(ValueError, match="unsupported"):
         calc("__import__('os')")

@@ -61,7 +61,10 @@ def test_each_stage_raises_its_primary_target(tiny_run: Path, stage: str):
 def test_report_renders_table_and_plots(tiny_run: Path):
     out = subprocess.run(
         [sys.executable, "-m", "infra.cli", "report", str(tiny_run)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     report = tiny_run / "report"

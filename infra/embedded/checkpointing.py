@@ -13,11 +13,15 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from infra.backends import TrainResult
 
 EXPORT_MARKER = ".export_complete"
 _PREFIX = "step-"
@@ -40,6 +44,25 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+@contextmanager
+def atomic_folder(dest: Path, prefix: str) -> Iterator[Path]:
+    """Yield a new temp folder beside ``dest`` (named ``prefix``…) that replaces ``dest`` once the block ends.
+
+    When the block raises, the temp folder is removed and ``dest`` is left as it was.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
 def latest_checkpoint(root: Path) -> Path | None:
     """Return the newest complete ``step-*`` folder under ``root``, or None."""
     if not Path(root).is_dir():
@@ -53,10 +76,8 @@ def save_checkpoint(
 ) -> Path:
     """Atomically write the resume point of ``step`` and delete older ``step-*`` folders."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"{_PREFIX}{step:08d}"
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    try:
+    with atomic_folder(final, ".tmp-") as tmp:
         torch.save(
             {
                 "model": model.state_dict(),
@@ -70,12 +91,6 @@ def save_checkpoint(
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     for old in root.iterdir():
         if old.is_dir() and old.name.startswith(_PREFIX) and old != final:
             shutil.rmtree(old)
@@ -104,22 +119,22 @@ def read_export_info(export_dir: Path) -> dict:
     return json.loads((Path(export_dir) / EXPORT_MARKER).read_text())
 
 
+def finished_export(export_dir: Path) -> TrainResult | None:
+    """Return the result recorded by a finished export at ``export_dir``, or None when there is none."""
+    if not export_complete(export_dir):
+        return None
+    info = read_export_info(export_dir)
+    return TrainResult(Path(export_dir), info.get("selected_step"), info.get("summary", {}))
+
+
 def save_hf_folder(
     dest: Path, model: Any, tokenizer: Any, marker: str | None = None, info: dict | None = None
 ) -> Path:
     """Save ``model`` and ``tokenizer`` as an HF folder at ``dest`` atomically (marker file last)."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with atomic_folder(dest, f".{dest.name}.") as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         if marker:
             (tmp / marker).write_text(json.dumps(info or {}, sort_keys=True) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return dest

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from transformers import PreTrainedTokenizerBase as Tok
 
 from infra.embedded.chat_format import install_glm_markup
+from infra.embedded.checkpointing import atomic_folder
 from infra.embedded.tokenizer_build import EOS_TOKEN, GLM_SPECIAL_TOKENS, build_micro_tokenizer
 
 # Bump when the micro architecture or tokenizer recipe changes, so stale caches are not reused.
@@ -39,18 +39,10 @@ def cache_root() -> Path:
 
 def _write_atomically(dest: Path, model: PreTrainedModel, tokenizer: Tok) -> Path:
     """Save model and tokenizer into a temp folder beside ``dest``, then rename it into place."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with atomic_folder(dest, f".{dest.name}.") as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / COMPLETE_MARKER).write_text("ok\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return dest
 
 

@@ -336,9 +336,9 @@ class RLTrainer:
     def run(self) -> TrainResult:
         """Train every rollout step not done yet, export, and return the result."""
         job = self.job
-        if ckpt.export_complete(job.export_dir):
-            info = ckpt.read_export_info(job.export_dir)
-            return TrainResult(job.export_dir, info.get("selected_step"), info.get("summary", {}))
+        exported = ckpt.finished_export(job.export_dir)
+        if exported is not None:
+            return exported
         log = MetricsLog(job.metrics_path)
         done = 0
         latest = ckpt.latest_checkpoint(job.checkpoints_dir)

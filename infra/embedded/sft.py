@@ -223,9 +223,9 @@ class SFTTrainer:
     def run(self) -> TrainResult:
         """Train until the schedule ends or the held-out loss plateaus, export the selection, return it."""
         job = self.job
-        if ckpt.export_complete(job.export_dir):
-            info = ckpt.read_export_info(job.export_dir)
-            return TrainResult(job.export_dir, info.get("selected_step"), info.get("summary", {}))
+        exported = ckpt.finished_export(job.export_dir)
+        if exported is not None:
+            return exported
         log = MetricsLog(job.metrics_path)
         state: dict[str, Any] = {
             "step": 0,

@@ -1,0 +1,194 @@
+"""Settings and manifest-recorded steps shared by the RL stages' data-prep scripts (01, 02, 03).
+
+Stage folders are loaded by file path, so what more than one of their ``data_prep.py`` files runs lives
+here (the lower-level prompt steps are in :mod:`data_prep.tiny_tasks.rl_prep`):
+
+* :class:`Endpoint`, :func:`endpoint_generate`, :func:`endpoint_filter`: the OpenAI-compatible teacher or
+  policy endpoint, sampled and scored through ``data_prep.filters``;
+* :func:`source_records`: a prompt source's records, from local JSONL copies or streamed from the hub;
+* :func:`prepare_prompts`: a prompt stage's whole run (01, 03): held-out sets, the profile's rows,
+  ``train.jsonl`` and ``manifest.json``; :func:`start_manifest` is its first step (also used by 02);
+* :func:`load_sources`, :func:`benchmark_items`, :func:`screen_against_evals`, :func:`cap_families`,
+  :func:`write_train`: loading, held-out overlap + 8-gram decontamination, per-family caps and the
+  outputs, each step counted in the manifest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from data_prep import filters
+from data_prep.io import MalformedCounter, read_jsonl, write_jsonl
+from data_prep.manifest import Manifest
+from data_prep.schema import PromptRow
+from data_prep.tiny_tasks.rl_prep import (
+    decontaminate,
+    drop_heldout_overlap,
+    load_rows,
+    rows_to_jsonl,
+    write_stage_heldout,
+)
+
+
+class Endpoint(BaseModel):
+    """An OpenAI-compatible chat endpoint (SGLang in production)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str
+    model: str
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
+
+
+def endpoint_generate(endpoint: Endpoint, **kwargs: Any) -> filters.Generate:
+    """Return a ``filters.Generate`` that samples ``endpoint`` with the given sampling arguments."""
+    from data_prep.teacher import ChatClient
+
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    return ChatClient(endpoint.base_url, endpoint.model, api_key=key).as_generate(**kwargs)
+
+
+def endpoint_filter(
+    rows: list[PromptRow],
+    endpoint: Endpoint | None,
+    rule: filters.BandRule,
+    reward: Any,
+    manifest: Manifest,
+    step: str,
+) -> list[PromptRow]:
+    """Keep the rows ``rule`` accepts on ``endpoint``'s samples (temperature 1.0); skip when no endpoint."""
+    if endpoint is None:
+        manifest.step(step, len(rows), skipped=True, reason=f"no endpoint configured for the {step} filter")
+        return rows
+    generate = endpoint_generate(endpoint, temperature=1.0)
+    report = filters.filter_prompts(rows, rule, generate, reward)
+    manifest.step(step, len(report.kept), **report.counts())
+    return report.kept
+
+
+def source_records(
+    local_files: Sequence[str],
+    hub_id: str | None,
+    malformed: MalformedCounter,
+    *,
+    split: str = "train",
+    revision: str | None = None,
+    config: str | None = None,
+) -> Iterator[tuple[str, dict]]:
+    """Return ``(where, record)`` pairs: the local JSONL files when given, else the hub dataset streamed."""
+    if local_files:
+        return ((w, r) for f in local_files for w, r in read_jsonl(f, malformed))
+    import datasets
+
+    stream = datasets.load_dataset(hub_id, name=config, split=split, revision=revision, streaming=True)
+    return ((f"{hub_id}#{i}", dict(r)) for i, r in enumerate(stream))
+
+
+def start_manifest(
+    ctx: Any, kind: str, params: BaseModel, code_files: Sequence[Path]
+) -> tuple[Manifest, dict[str, Path]]:
+    """Return a new manifest and the held-out sets (``metric -> path``) written for the stage's metrics.
+
+    ``params`` needs ``heldout_per_metric``; the held-out files are recorded as outputs. This module is
+    hashed into ``script_sha256`` together with ``code_files``.
+    """
+    args = {**params.model_dump(), "profile": ctx.profile, "seed": ctx.seed}
+    manifest = Manifest(kind, args=args, code_files=[*code_files, Path(__file__)])
+    cfg = ctx.stage.config.eval
+    metrics = [*cfg.targets, *cfg.guardrails]
+    heldout = write_stage_heldout(metrics, params.heldout_per_metric, ctx.seed, ctx.heldout_dir)
+    for path in heldout.values():
+        manifest.add_output(path)
+    return manifest, heldout
+
+
+def prepare_prompts(
+    ctx: Any,
+    kind: str,
+    params_model: type[BaseModel],
+    code_files: Sequence[Path],
+    embedded_rows: Callable[[Any, int, dict[str, Path], Manifest], list[PromptRow]],
+    production_rows: Callable[[Any, dict[str, Path], Manifest], list[PromptRow]],
+) -> dict[str, Any]:
+    """Write the held-out sets, the profile's rows as ``train.jsonl`` and ``manifest.json``; return a summary.
+
+    ``ctx.params`` is validated as ``params_model`` (unless it already is one); ``embedded_rows(params,
+    seed, heldout, manifest)`` or ``production_rows(params, heldout, manifest)`` makes the rows; the
+    summary counts them in total and per ``metadata.family``.
+    """
+    params = ctx.params if isinstance(ctx.params, params_model) else params_model.model_validate(ctx.params)
+    manifest, heldout = start_manifest(ctx, kind, params, code_files)
+    if ctx.profile == "embedded":
+        rows = embedded_rows(params, ctx.seed, heldout, manifest)
+    else:
+        rows = production_rows(params, heldout, manifest)
+    write_train(ctx.out_dir, rows, manifest)
+    families = dict(Counter(row.metadata["family"] for row in rows))
+    return {"train": len(rows), "families": families, "heldout": {m: str(p) for m, p in heldout.items()}}
+
+
+def load_sources(
+    sources: Iterable[Any],
+    rows_of: Callable[[Any, MalformedCounter], list[PromptRow]],
+    manifest: Manifest,
+) -> list[PromptRow]:
+    """Return every source's rows (``rows_of(source, malformed)``); record sources, malformed and count."""
+    malformed = MalformedCounter()
+    rows: list[PromptRow] = []
+    for source in sources:
+        manifest.add_source({**source.model_dump(), "revision": source.revision or "unpinned"})
+        rows += rows_of(source, malformed)
+    manifest.set("malformed", malformed.as_dict())
+    manifest.step("loaded", len(rows))
+    return rows
+
+
+def benchmark_items(files: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """Return the local benchmark files (``name -> path``) as ``name -> [(item id, text)]``."""
+    from data_prep.benchmarks import load_benchmark
+
+    return {name: [(i.id, i.text) for i in load_benchmark(name, path)] for name, path in files.items()}
+
+
+def screen_against_evals(
+    rows: Sequence[Any],
+    heldout: dict[str, Path],
+    benchmarks: dict[str, list[tuple[str, str]]],
+    manifest: Manifest,
+) -> list[Any]:
+    """Drop rows whose prompt is a held-out prompt, then rows the 8-gram rule matches to ``benchmarks``.
+
+    Both steps (``heldout_overlap``, ``decontamination``) and the decontamination report are recorded.
+    """
+    rows, overlap = drop_heldout_overlap(rows, load_rows(heldout.values()))
+    manifest.step("heldout_overlap", len(rows), dropped=overlap)
+    rows, report = decontaminate(rows, benchmarks)
+    manifest.set("decontamination", report)
+    manifest.step("decontamination", len(rows), dropped=report["removed"])
+    return rows
+
+
+def cap_families(
+    rows: list[PromptRow], caps: dict[str, int], manifest: Manifest, step: str
+) -> list[PromptRow]:
+    """Keep the first ``caps[family]`` rows of each family (other families are dropped); record ``step``."""
+    kept, seen = [], dict.fromkeys(caps, 0)
+    for row in rows:
+        fam = row.metadata["family"]
+        if fam in seen and seen[fam] < caps[fam]:
+            seen[fam] += 1
+            kept.append(row)
+    manifest.step(step, len(kept), per_family=seen)
+    return kept
+
+
+def write_train(out_dir: Path, rows: Iterable[PromptRow], manifest: Manifest) -> None:
+    """Write ``train.jsonl`` (recorded as an output), then ``manifest.json``, into ``out_dir``."""
+    train = Path(out_dir) / "train.jsonl"
+    manifest.add_output(train, write_jsonl(train, rows_to_jsonl(rows)))
+    manifest.write(Path(out_dir) / "manifest.json")
