@@ -44,8 +44,14 @@ class PrepContext:
         return self.out_dir / "heldout"
 
 
+def _package_code_hash() -> str:
+    """SHA-256 over every source file of the ``data_prep`` package (stage preps delegate to it)."""
+    root = Path(__file__).resolve().parent.parent / "data_prep"
+    return sha256_json({p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*.py"))})
+
+
 def prep_key(stage: ResolvedStage, seed: int, input_hash: str | None) -> str:
-    """Cache key of a stage's data: its code, data/eval parameters, seed, profile and input checkpoint.
+    """Cache key of a stage's data: its code (and the data_prep package), parameters, seed, profile, input.
 
     The input checkpoint counts whole (weights and tokenizer): length caps use its chat template and
     warm-up filters (Coding RL's drop-all-pass) sample from its weights.
@@ -53,6 +59,7 @@ def prep_key(stage: ResolvedStage, seed: int, input_hash: str | None) -> str:
     return sha256_json(
         {
             "data_prep": sha256_file(stage.folder / "data_prep.py"),
+            "data_prep_package": _package_code_hash(),
             "data": stage.resolved.get("data"),
             "eval": stage.resolved.get("eval"),
             "seed": seed,
