@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -230,15 +231,18 @@ def test_closing_a_pool_leaves_no_process_behind():
     assert [line for line in ps.splitlines() if line.split()[0] in uids] == []
 
 
-def test_sandbox_run_python_and_command_are_isolated():
+def test_sandbox_run_python_and_command_are_isolated(tmp_path):
     if not check_isolation().ok:
         pytest.skip("needs sandbox isolation")
+    marker = tmp_path / "host-secret.txt"  # the host's /tmp (and the checkout, wherever it is) stay hidden
+    marker.write_text("secret")
+    home_cache = Path.home() / ".cache"
+    home_cache.mkdir(exist_ok=True)
+    probe = f"print(os.path.exists({str(marker)!r}), os.path.exists({str(home_cache)!r}))"
     with Sandbox(Limits(wall_s=3, memory_mb=256)) as sb:
-        res = sb.run_python(
-            "import os, sys\nprint(input()[::-1], os.getuid() != 0, sorted(os.listdir('/')))", "abc"
-        )
+        res = sb.run_python(f"import os\nprint(input()[::-1], os.getuid() != 0)\n{probe}", "abc")
         assert res.ok and res.stdout.startswith("cba True")
-        assert "home" not in res.stdout and "tmp" not in res.stdout
+        assert res.stdout.splitlines()[1] == "False False", res.stdout
         res = sb.run_command(["sh", "-c", "cat in/a.txt; echo $HOME; exit 3"], files={"in/a.txt": b"hello\n"})
         assert res.exit_code == 3 and res.stdout.startswith("hello\n/scratch/")
         res = sb.run_python("while True:\n    pass", timeout_s=0.5)
