@@ -78,14 +78,13 @@ class Problem:
     modality: str = ""
 
     def row(self, system_prompts: dict[str, str]) -> PromptRow:
-        """Return the RL prompt row (system prompt of the modality, then the statement)."""
+        """Return the RL prompt row (system prompt of the modality, if not empty, then the statement)."""
         meta = {"reward": "code", "family": "code", "modality": self.modality, "source": self.source}
         if self.label.get("fn_name"):
             meta["fn_name"] = self.label["fn_name"]
-        prompt = [
-            {"role": "system", "content": system_prompts[self.modality]},
-            {"role": "user", "content": self.statement},
-        ]
+        system = system_prompts[self.modality]
+        prompt = [{"role": "system", "content": system}] if system else []
+        prompt.append({"role": "user", "content": self.statement})
         return PromptRow(id=self.id, prompt=prompt, label=self.label, metadata=meta)
 
 

@@ -6,6 +6,7 @@ production sources are read from local JSONL files written here, in the hub data
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -115,13 +116,17 @@ def test_embedded_prepare_filters_and_warmup(micro, tmp_path):
     assert sorted(p.stem for p in (out / "heldout").glob("*.jsonl")) == ["code_pass1", "math_acc"]
 
     for r in rows:
-        system, user = r["prompt"]
-        assert system["role"] == "system" and "```python" in system["content"] and user["role"] == "user"
+        (user,) = r["prompt"]  # the embedded profile drops the system turn; launch.yaml says why
+        assert user["role"] == "user"
         assert r["metadata"]["reward"] == "code" and r["metadata"]["modality"] in ("fn", "io")
         assert ("tests" in r["label"]) == (r["metadata"]["modality"] == "fn")
         assert ("fn_name" in r["metadata"]) == ("fn_name" in r["label"])
     # every kept row's reference passes the stage's own reward in the sandbox
     candidates = {p.id: p for p in dp.load_candidates(stage.data_params, "embedded", 0)}
+    first = next(iter(candidates.values()))
+    sample = dataclasses.replace(first, modality="fn" if "tests" in first.label else "io")
+    system, user = sample.row(dp.SYSTEM_PROMPTS).prompt  # the production default keeps the system turn
+    assert system["role"] == "system" and "```python" in system["content"] and user["role"] == "user"
     results = score_batch(
         [
             RewardRequest(prompt=r["prompt"], response=candidates[r["id"]].reference, label=r["label"])
