@@ -207,6 +207,13 @@ def resolve_stage(
     for layer, source in later:
         layered.apply(layer, source)
     config = layered.validate(StageConfig, str(launch))
+    from rewards import registered_rewards
+
+    if config.reward not in registered_rewards():
+        raise ConfigError(
+            f"{layered.source_of('reward')}: reward: unknown reward {config.reward!r}; "
+            f"registered: {', '.join(registered_rewards())}"
+        )
     sid = stage_id or folder.name
     if config.name != folder.name and stage_id is None:
         raise ConfigError(f"{launch}: name: {config.name!r} differs from the folder name {folder.name!r}")

@@ -169,3 +169,10 @@ def test_cli_set_wins_over_embedded_sizes(tmp_path: Path):
     assert stage.config.rl.rollout.num_rollouts == 2  # the embedded section sets 24; --set is later
     stage = load_recipe(rec, sets=["embedded.rollout.num_rollouts=3"]).stages[0]
     assert stage.config.rl.rollout.num_rollouts == 3  # resizing the embedded section itself also works
+
+
+def test_unknown_reward_is_a_config_error(tmp_path: Path):
+    _stage_copy(tmp_path)
+    rec = _recipe(tmp_path, _base_recipe(["stages/01_reasoning_rl"]))
+    with pytest.raises(ConfigError, match=r"--set 01_reasoning_rl.reward: reward: unknown reward 'nope'"):
+        load_recipe(rec, sets=["01_reasoning_rl.reward=nope"])

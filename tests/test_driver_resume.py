@@ -185,14 +185,14 @@ def test_rerun_of_a_finished_run_skips_everything(recipe_file: Path, reference_r
 
 def test_failed_stage_hands_nothing_forward(recipe_file: Path, reference_run: Path, tmp_path: Path):
     run_dir = tmp_path / "run"
-    # Reuse the finished SFT stage, then break Reasoning RL with a reward that does not exist.
+    # Reuse the finished SFT stage, then break Reasoning RL at run time: no held-out set has this name.
     subprocess.run(["cp", "-r", str(reference_run), str(run_dir)], check=True)
-    cmd = _cmd(recipe_file, run_dir) + ["--set", "01_reasoning_rl.reward=no_such_reward"]
+    cmd = _cmd(recipe_file, run_dir) + ["--set", "01_reasoning_rl.eval.targets=[no_such_metric]"]
     out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=_env(), timeout=300)
     assert out.returncode != 0
     manifest = json.loads((run_dir / "manifest.json").read_text())
     entry = manifest["stages"][1]
-    assert entry["status"] == "failed" and "no_such_reward" in entry["error"]
+    assert entry["status"] == "failed" and "no_such_metric" in entry["error"]
     assert entry["output_checkpoint"] is None
     assert not (run_dir / "01_reasoning_rl" / "handoff.json").exists()
     assert manifest["stages"][0]["status"] == "done"
