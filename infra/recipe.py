@@ -207,13 +207,6 @@ def resolve_stage(
     for layer, source in later:
         layered.apply(layer, source)
     config = layered.validate(StageConfig, str(launch))
-    from rewards import registered_rewards
-
-    if config.reward not in registered_rewards():
-        raise ConfigError(
-            f"{layered.source_of('reward')}: reward: unknown reward {config.reward!r}; "
-            f"registered: {', '.join(registered_rewards())}"
-        )
     sid = stage_id or folder.name
     if config.name != folder.name and stage_id is None:
         raise ConfigError(f"{launch}: name: {config.name!r} differs from the folder name {folder.name!r}")
@@ -228,6 +221,15 @@ def resolve_stage(
         config_hash=sha256_json({"config": resolved, "profile": profile}),
         code_hash=sha256_json({f: sha256_file(folder / f) for f in ("data_prep.py", "reward.py")}),
     )
+    from rewards import registered_rewards
+
+    if config.reward not in registered_rewards():
+        stage.module("reward")  # a stage may register its own reward in reward.py
+        if config.reward not in registered_rewards():
+            raise ConfigError(
+                f"{layered.source_of('reward')}: reward: unknown reward {config.reward!r}; "
+                f"registered: {', '.join(registered_rewards())}"
+            )
     params_model = getattr(stage.module("data_prep"), "Params", None)
     if params_model is not None:
         try:
