@@ -44,7 +44,7 @@ def _fn(body: str) -> str:
 
 def _job_pids(scorer: CodeScorer) -> list[str]:
     uids = {str(w.uid) for w in scorer.pool._workers}
-    ps = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout
     return [line for line in ps.splitlines() if line.split()[0] in uids]
 
 
@@ -227,7 +227,7 @@ def test_closing_a_pool_leaves_no_process_behind():
     uids = {str(w.uid) for w in sc.pool._workers}
     sc.pool.close()
     time.sleep(0.2)
-    ps = subprocess.run(["ps", "-eo", "uid=,args="], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "uid=,args="], capture_output=True, text=True).stdout
     assert [line for line in ps.splitlines() if line.split()[0] in uids] == []
 
 
