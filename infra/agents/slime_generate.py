@@ -12,7 +12,7 @@ The sample is filled segment by segment with ``Sample.append_response_tokens``: 
 ``rollout_log_probs`` stay aligned by slime's own helper. ``status`` comes from the termination:
 COMPLETED (final answer, tool error), TRUNCATED (budgets), ABORTED (infrastructure) or FAILED (model
 backend error); an unscored sample gets ``remove_sample=True`` and ``metadata["aborted"]=True`` so the
-group filter drops it before advantages, and its placeholder reward 0.0 is never trained on.
+group filter drops it before advantages, and the 0.0 left in its reward field is never trained on.
 """
 
 from __future__ import annotations

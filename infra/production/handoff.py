@@ -23,7 +23,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def iteration_dir(torch_dist: Path, iteration: int | None = None) -> Path:
-    """The ``iter_XXXXXXX`` folder of ``iteration``, or of the latest one Megatron recorded."""
+    """The ``iter_<7-digit iteration>`` folder of ``iteration``, or of the latest one Megatron recorded."""
     if iteration is None:
         marker = torch_dist / "latest_checkpointed_iteration.txt"
         if not marker.is_file():
