@@ -98,7 +98,11 @@ def run_data_prep(
         console=console or Console(),
     )
     summary = stage.module("data_prep").prepare(ctx) or {}
-    (tmp / PREP_RECORD).write_text(json.dumps({"key": key, "summary": summary}, indent=2, default=str))
+    # The prep wrote into the temporary folder; paths it reports must name the folder it is renamed to.
+    record = json.dumps({"key": key, "summary": summary}, indent=2, default=str)
+    record = record.replace(str(tmp), str(data_dir))
+    (tmp / PREP_RECORD).write_text(record)
+    summary = json.loads(record)["summary"]
     if data_dir.exists():
         shutil.rmtree(data_dir)
     tmp.rename(data_dir)
