@@ -5,6 +5,8 @@ here (the lower-level prompt steps are in :mod:`data_prep.tiny_tasks.rl_prep`):
 
 * :class:`Endpoint`, :func:`endpoint_generate`, :func:`endpoint_filter`: the OpenAI-compatible teacher or
   policy endpoint, sampled and scored through ``data_prep.filters``;
+* :func:`checkpoint_completions`, :func:`checkpoint_filter`: the same pass-rate filters with the stage's
+  input checkpoint as the policy (the embedded profile, where that checkpoint is a local HF folder);
 * :func:`source_records`: a prompt source's records, from local JSONL copies or streamed from the hub;
 * :func:`prepare_prompts`: a prompt stage's whole run (01, 03): held-out sets, the profile's rows,
   ``train.jsonl`` and ``manifest.json``; :func:`start_manifest` is its first step (also used by 02);
@@ -15,6 +17,7 @@ here (the lower-level prompt steps are in :mod:`data_prep.tiny_tasks.rl_prep`):
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from data_prep import filters
-from data_prep.io import MalformedCounter, read_jsonl, write_jsonl
+from data_prep.io import MalformedCounter, read_jsonl, sha256_file, write_jsonl
 from data_prep.manifest import Manifest
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks.rl_prep import (
@@ -68,6 +71,71 @@ def endpoint_filter(
     generate = endpoint_generate(endpoint, temperature=1.0)
     report = filters.filter_prompts(rows, rule, generate, reward)
     manifest.step(step, len(report.kept), **report.counts())
+    return report.kept
+
+
+CHECKPOINT_BATCH = 128
+
+
+def weights_sha256(model_dir: Path) -> str:
+    """Return a sha256 over the checkpoint's weight files (a policy-based filter depends on the weights)."""
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin")):
+        digest.update(path.name.encode())
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def checkpoint_completions(
+    model_dir: Path, prompts: Sequence[list[dict]], n: int, max_new_tokens: int, seed: int
+) -> list[list[str]]:
+    """Return ``n`` samples per prompt from the HF checkpoint at ``model_dir`` (temperature 1.0, seeded)."""
+    import torch
+
+    from infra.embedded.chat_format import render_prompt_ids, stop_token_ids
+    from infra.embedded.generation import generate as sample
+    from infra.embedded.models import load_model, load_tokenizer
+    from infra.embedded.runtime import default_threads
+
+    tok = load_tokenizer(model_dir)
+    model = load_model(model_dir).eval()
+    ids = [render_prompt_ids(tok, p) for p in prompts for _ in range(n)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(default_threads())  # a busy neighbour slows multi-thread kernels (runtime.py)
+    try:
+        gens = sample(
+            model, tok, ids, max_new_tokens=max_new_tokens, temperature=1.0,
+            stop_token_ids=stop_token_ids(tok), seed=seed, batch_size=CHECKPOINT_BATCH,
+        ) if ids else []  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    texts = [tok.decode(g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids) for g in gens]
+    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def checkpoint_filter(
+    rows: list[PromptRow],
+    model_dir: Path,
+    rule: filters.BandRule,
+    reward: Any,
+    manifest: Manifest,
+    step: str,
+    *,
+    max_new_tokens: int,
+    seed: int,
+) -> list[PromptRow]:
+    """Keep the rows ``rule`` accepts on samples of the local checkpoint ``model_dir`` (the policy)."""
+
+    def generate(prompts: list[list[dict]], n: int) -> list[list[str]]:
+        return checkpoint_completions(model_dir, prompts, n, max_new_tokens, seed)
+
+    report = filters.filter_prompts(rows, rule, generate, reward)
+    passes = Counter(p for p, _ in report.pass_counts.values())
+    manifest.step(
+        step, len(report.kept), **report.counts(), samples=rule.n_samples, temperature=1.0,
+        max_new_tokens=max_new_tokens, seed=seed, pass_histogram=dict(sorted(passes.items())),
+        policy={"model": str(model_dir), "weights_sha256": weights_sha256(model_dir)},
+    )  # fmt: skip
     return report.kept
 
 

@@ -102,6 +102,9 @@ def run_data_prep(
     record = json.dumps({"key": key, "summary": summary}, indent=2, default=str)
     record = record.replace(str(tmp), str(data_dir))
     (tmp / PREP_RECORD).write_text(record)
+    manifest = tmp / "manifest.json"
+    if manifest.is_file():  # data-prep manifests name their outputs by path, too
+        manifest.write_text(manifest.read_text().replace(str(tmp), str(data_dir)))
     summary = json.loads(record)["summary"]
     if data_dir.exists():
         shutil.rmtree(data_dir)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import atexit
 import difflib
+import functools
 import os
 import re
 import threading
 import unicodedata
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from rewards.answer_extract import final_answer
@@ -85,6 +87,18 @@ def math_score(answer: str, golds: list[str], timeout: float = MATH_TIMEOUT_S) -
     return RewardResult(score=0.0, parsed=answer, failure=failure)
 
 
+@functools.lru_cache(maxsize=64)
+def _puzzle_checker(dataset: str) -> Callable[[str, dict], float]:
+    """Return reasoning-gym's checker for ``dataset``, built once per process.
+
+    ``get_score_answer_fn`` instantiates the dataset on every call (spell_backward re-reads its word list,
+    ~0.25 s), which dominated RL step time; the checker itself only reads the entry it is given.
+    """
+    import reasoning_gym  # heavy import, only for puzzle rows
+
+    return reasoning_gym.get_score_answer_fn(dataset)
+
+
 def puzzle_score(answer: str, metadata: dict[str, Any]) -> RewardResult:
     """Score with reasoning-gym's checker for ``metadata.dataset`` on ``metadata.entry``."""
     dataset, entry = metadata.get("dataset"), metadata.get("entry")
@@ -95,10 +109,8 @@ def puzzle_score(answer: str, metadata: dict[str, Any]) -> RewardResult:
             failure="bad_label",
             details={"error": "puzzle needs metadata.dataset (str) and metadata.entry (dict)"},
         )
-    import reasoning_gym  # heavy import, only for puzzle rows
-
     try:
-        checker = reasoning_gym.get_score_answer_fn(dataset)
+        checker = _puzzle_checker(dataset)
     except Exception as exc:  # noqa: BLE001 - an unknown dataset is a label error, reported as such
         return RewardResult(score=0.0, parsed=answer, failure="bad_label", details={"error": repr(exc)})
     value = float(checker(answer, entry))

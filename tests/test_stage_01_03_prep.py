@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from data_prep.schema import PromptRow
 from infra import recipe
 from infra.prep import PrepContext
 from rewards import RewardRequest, safe_score
@@ -36,7 +37,7 @@ def test_embedded_prepare(name, families, tmp_path, monkeypatch):
     assert (
         summary["train"]
         == len(rows)
-        > 0.8
+        > 0.6
         * sum(
             stage.data_params.model_dump().get("families", {}).values()
             or [stage.data_params.multi_constraint]
@@ -128,3 +129,57 @@ def test_production_loader_reads_local_copies(tmp_path, monkeypatch):
     rows = mod.source_rows(source, malformed)
     assert [r.metadata["family"] for r in rows] == ["math", "science"]
     assert malformed.total == 2
+
+
+def test_embedded_learnability_samples_the_input_checkpoint(tmp_path, monkeypatch):
+    """01's learnability pass samples the stage's input checkpoint; a random model never answers, so the
+    paper's zero-pass rule drops every prompt and the manifest says why and which weights were sampled."""
+    from data_prep import filters
+    from data_prep.manifest import Manifest
+    from data_prep.rl_stage import checkpoint_completions, checkpoint_filter
+    from infra.embedded.models import materialize
+
+    micro = materialize("micro", tmp_path / "micro")
+    stage = _stage("01_reasoning_rl", monkeypatch)
+    stage.data_params.families = {"math": 4, "puzzle": 4, "science": 4}
+    ctx = PrepContext(stage=stage, out_dir=tmp_path / "out", seed=0, profile="embedded", tokenizer_dir=micro)
+    stage.module("data_prep").prepare(ctx)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    step = {s["step"]: s for s in manifest["steps"]}["learnability"]
+    before = {s["step"]: s for s in manifest["steps"]}["correctness"]["count"]
+    assert not step.get("skipped") and step["samples"] == 8 and step["temperature"] == 1.0
+    assert step["count"] == 0 and step["dropped_zero_pass"] == before == sum(step["pass_histogram"].values())
+    assert len(step["policy"]["weights_sha256"]) == 64
+
+    prompts = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Hi"}]]
+    first = checkpoint_completions(micro, prompts, 3, 8, seed=5)
+    assert [len(g) for g in first] == [3, 3] and first == checkpoint_completions(micro, prompts, 3, 8, seed=5)
+    rows = [
+        PromptRow(id=f"p{i}", prompt=p, label="5", metadata={"family": "math"}) for i, p in enumerate(prompts)
+    ]
+    kept = checkpoint_filter(
+        rows, micro, filters.BandRule("keep_unsolved", 2, drop_above=0.8), _exact, Manifest("t"), "band",
+        max_new_tokens=4, seed=1,
+    )  # fmt: skip
+    assert [r.id for r in kept] == ["p0", "p1"]
+
+
+def _exact(req):
+    from rewards import RewardResult
+
+    return RewardResult(score=float(req.response.strip() == req.label))
+
+
+def test_run_data_prep_records_final_paths_and_reuses_its_output(tmp_path, monkeypatch):
+    from infra.prep import PREP_RECORD, run_data_prep
+
+    stage = _stage("03_if_rl", monkeypatch)
+    data_dir = tmp_path / "data"
+    run_data_prep(stage, data_dir, seed=0, tokenizer_dir=None, input_hash=None)
+    for name in ("manifest.json", PREP_RECORD):
+        text = (data_dir / name).read_text()
+        assert "data.tmp" not in text and f"{data_dir}/" in text
+    assert not (tmp_path / "data.tmp").exists()
+    stamp = (data_dir / "train.jsonl").stat().st_mtime_ns
+    run_data_prep(stage, data_dir, seed=0, tokenizer_dir=None, input_hash=None)
+    assert (data_dir / "train.jsonl").stat().st_mtime_ns == stamp

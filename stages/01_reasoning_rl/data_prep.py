@@ -5,8 +5,9 @@ subject) → exact overlap with the held-out sets → 8-gram decontamination →
 
 * **embedded**: prompts come from ``data_prep.tiny_tasks`` (math word problems, reasoning-gym puzzles,
   science QA). Correctness is the generator's reference solution scored by the stage's own reward (it
-  stands in for the strong teacher); the model-based learnability pass is skipped at this scale and the
-  manifest says so — the online (0, 0.8] band filter of the trainer still applies.
+  stands in for the strong teacher); learnability samples the stage's input checkpoint (the policy RL
+  starts from) ``learnability.samples`` times per prompt at temperature 1.0, within the RL response
+  budget, and applies the paper's rule — the online (0, 0.8] band filter of the trainer still applies.
 * **production**: prompts are streamed by hub id with ``datasets.load_dataset`` (or from local JSONL
   copies given in ``sources[].local_files``); decontamination uses local copies of the benchmarks
   (``benchmarks``); correctness asks the teacher endpoint (``teacher``) for ``teacher_samples`` answers
@@ -28,6 +29,7 @@ from data_prep.rl_stage import (
     Endpoint,
     benchmark_items,
     cap_families,
+    checkpoint_filter,
     endpoint_filter,
     load_sources,
     prepare_prompts,
@@ -36,6 +38,7 @@ from data_prep.rl_stage import (
 )
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import generate
+from data_prep.tiny_tasks.common import int_seed
 from data_prep.tiny_tasks.rl_prep import heldout_benchmarks, reference_self_check
 from rewards.contract import get_reward
 from rewards.reasoning import FAMILIES, assign_family
@@ -96,11 +99,24 @@ class Params(BaseModel):
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
     kind, code = "rl_prompts:01_reasoning_rl", [Path(__file__)]
-    return prepare_prompts(ctx, kind, Params, code, _embedded_rows, _production_rows)
+
+    def embedded(params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
+        return _embedded_rows(params, seed, heldout, manifest, ctx)
+
+    return prepare_prompts(ctx, kind, Params, code, embedded, _production_rows)
+
+
+def _learnability_rule(params: Params) -> filters.BandRule:
+    return filters.BandRule(
+        "reasoning_learnability",
+        params.learnability.samples,
+        drop_above=params.learnability.drop_above,
+        drop_zero=params.learnability.drop_zero,
+    )
 
 
 def _embedded_rows(
-    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest
+    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest, ctx: Any
 ) -> list[PromptRow]:
     manifest.add_source(
         {"name": "data_prep.tiny_tasks", "families": list(params.families), "license": "generated"}
@@ -115,14 +131,20 @@ def _embedded_rows(
         rule="reference solution scores 1.0 under the stage reward",
         dropped_by_reason=failures,
     )
-    manifest.step(
+    rows = [t.prompt_row() for t in tasks]
+    if ctx.tokenizer_dir is None:
+        manifest.step("learnability", len(rows), skipped=True, reason="no input checkpoint to sample")
+        return rows
+    return checkpoint_filter(
+        rows,
+        Path(ctx.tokenizer_dir),
+        _learnability_rule(params),
+        get_reward("reasoning"),
+        manifest,
         "learnability",
-        len(tasks),
-        skipped=True,
-        reason="no generator for an offline pass-rate at tiny scale; the online (0, 0.8] band filter "
-        "still applies during training",
+        max_new_tokens=ctx.stage.config.rl.rollout.max_response_tokens,
+        seed=int_seed(seed, "01_reasoning_rl", "learnability"),
     )
-    return [t.prompt_row() for t in tasks]
 
 
 def source_rows(source: RLSource, malformed: MalformedCounter) -> list[PromptRow]:
@@ -172,11 +194,5 @@ def _production_rows(params: Params, heldout: dict[str, Path], manifest: Manifes
         manifest,
         "correctness",
     )
-    rule = filters.BandRule(
-        "reasoning_learnability",
-        params.learnability.samples,
-        drop_above=params.learnability.drop_above,
-        drop_zero=params.learnability.drop_zero,
-    )
-    rows = endpoint_filter(rows, params.policy, rule, reward, manifest, "learnability")
+    rows = endpoint_filter(rows, params.policy, _learnability_rule(params), reward, manifest, "learnability")
     return cap_families(rows, params.families, manifest, "family_caps")

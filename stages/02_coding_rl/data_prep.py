@@ -19,7 +19,6 @@ of the *input* checkpoint (zero-pass problems stay; nothing is re-filtered durin
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
 from pathlib import Path
@@ -40,7 +39,14 @@ from data_prep.code_problems import (
 from data_prep.dedup import CHAR_NGRAM, PREFIX_CHARS, LeakIndex, dedup_exact
 from data_prep.io import MalformedCounter, sha256_file
 from data_prep.manifest import Manifest
-from data_prep.rl_stage import Endpoint, endpoint_generate, start_manifest, write_train
+from data_prep.rl_stage import (
+    Endpoint,
+    checkpoint_completions,
+    endpoint_generate,
+    start_manifest,
+    weights_sha256,
+    write_train,
+)
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import heldout_tasks
 from data_prep.tiny_tasks.common import int_seed
@@ -54,7 +60,6 @@ SYSTEM_PROMPTS = {
     "io": "Solve the task with a Python program that reads standard input and prints to standard output. "
     "Reply with the complete code in one fenced ```python block.",
 }
-WARMUP_BATCH = 128
 
 
 class LeakRule(BaseModel):
@@ -254,33 +259,6 @@ def screen(
     return report, stats
 
 
-def warmup_completions(
-    model_dir: Path, rows: list[PromptRow], n: int, max_new_tokens: int, seed: int
-) -> list[list[str]]:
-    """Return ``n`` samples per row from the HF checkpoint at ``model_dir`` (temperature 1.0, seeded)."""
-    import torch
-
-    from infra.embedded.chat_format import render_prompt_ids, stop_token_ids
-    from infra.embedded.generation import generate as sample
-    from infra.embedded.models import load_model, load_tokenizer
-    from infra.embedded.runtime import default_threads
-
-    tok = load_tokenizer(model_dir)
-    model = load_model(model_dir).eval()
-    prompts = [render_prompt_ids(tok, r.prompt) for r in rows for _ in range(n)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(default_threads())  # a busy neighbour slows multi-thread kernels (runtime.py)
-    try:
-        gens = sample(
-            model, tok, prompts, max_new_tokens=max_new_tokens, temperature=1.0,
-            stop_token_ids=stop_token_ids(tok), seed=seed, batch_size=WARMUP_BATCH,
-        ) if prompts else []  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-    texts = [tok.decode(g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids) for g in gens]
-    return [texts[i * n : (i + 1) * n] for i in range(len(rows))]
-
-
 def _params(ctx: Any) -> Params:
     p = ctx.params
     return p if isinstance(p, Params) else Params.model_validate(p)
@@ -324,8 +302,8 @@ def _warmup_step(rows: list[PromptRow], params: Params, ctx: Any, manifest: Mani
     seed = int_seed(ctx.seed, "02_coding_rl", "warmup")
     if ctx.profile == "embedded":
         model_dir = Path(ctx.tokenizer_dir)
-        groups = warmup_completions(model_dir, rows, n, budget, seed)
-        policy: dict[str, Any] = {"model": str(model_dir), "weights_sha256": _weights_hash(model_dir)}
+        groups = checkpoint_completions(model_dir, [r.prompt for r in rows], n, budget, seed)
+        policy: dict[str, Any] = {"model": str(model_dir), "weights_sha256": weights_sha256(model_dir)}
     elif params.policy is not None:
         groups = endpoint_generate(params.policy, temperature=1.0, max_tokens=budget)(
             [r.prompt for r in rows], n
@@ -383,12 +361,3 @@ def prepare(ctx: Any) -> dict[str, Any]:
     write_train(ctx.out_dir, rows, manifest)
     heldout_paths = {m: str(p) for m, p in heldout.items()}
     return {"train": len(rows), "sources": per_source, "modalities": per_modality, "heldout": heldout_paths}
-
-
-def _weights_hash(model_dir: Path) -> str:
-    """Return a sha256 over the checkpoint's weight files (the warm-up depends on the weights)."""
-    digest = hashlib.sha256()
-    for path in sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin")):
-        digest.update(path.name.encode())
-        digest.update(sha256_file(path).encode())
-    return digest.hexdigest()
