@@ -70,7 +70,7 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
 
 
-def _scores(evaluation: dict[str, Any], side: str, path: Path) -> dict[str, float]:
+def scores(evaluation: dict[str, Any], side: str, path: Path) -> dict[str, float]:
     raw = evaluation.get(side, {})
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: '{side}' must map metric names to numbers")
@@ -127,7 +127,7 @@ def stagewise_rows(run: RunData) -> tuple[list[str], list[Row]]:
         if stage.eval is None:
             continue
         path = run.run_dir / stage.id / "eval.json"
-        before, after = _scores(stage.eval, "input", path), _scores(stage.eval, "output", path)
+        before, after = scores(stage.eval, "input", path), scores(stage.eval, "output", path)
         targets = list(stage.eval.get("targets", []))
         guards = list(stage.eval.get("guardrails", []))
         for metric in targets + guards + sorted(set(after) - set(targets) - set(guards)):
@@ -186,7 +186,7 @@ def comparison(a: RunData, b: RunData) -> tuple[list[str], list[tuple[str, str, 
         outs = []
         for s, run in ((sa, a), (sb, b)):
             ev = s.eval if s else None
-            outs.append(_scores(ev, "output", run.run_dir / s.id / "eval.json") if ev and s else {})
+            outs.append(scores(ev, "output", run.run_dir / s.id / "eval.json") if ev and s else {})
         cells = {}
         for m in [*outs[0], *outs[1]]:
             if m not in metrics:

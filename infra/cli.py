@@ -201,6 +201,37 @@ def report(
     console.print(f"report written to {out}")
 
 
+@app.command()
+def seeds(
+    run_dirs: list[Path] = typer.Argument(
+        ..., help="Two or more run directories of one recipe (one per seed)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Markdown file to write (default <first run dir's parent>/seeds.md)."
+    ),
+) -> None:
+    """Write the seed-spread report: per stage and metric, mean and min–max over seeds, and a verdict."""
+    from eval.seeds import HEADERS, load_runs, row_cells, rows_of, write_seed_report
+
+    target = out or run_dirs[0].parent / "seeds.md"
+    try:
+        written = write_seed_report(run_dirs, target)
+        runs = load_runs(run_dirs)
+    except (ValueError, FileNotFoundError) as exc:
+        _fail(exc)
+        return
+    table = Table(title=f"Seed spread: {runs[0].name} ({len(run_dirs)} seeds, %)")
+    for h in HEADERS:
+        table.add_column(h, justify="right" if "(" in h else "left")
+    colours = {"rise": "green", "within spread": "yellow", "no rise": "red"}
+    for r in rows_of(runs):
+        cells = row_cells(r, len(run_dirs))
+        colour = colours.get(r.verdict, "default")
+        table.add_row(*cells[:-1], f"[{colour}]{cells[-1]}[/]")
+    console.print(table)
+    console.print(f"seed report written to {written} (plot: {written.with_suffix('.png').name})")
+
+
 _mount_subcommands()
 
 

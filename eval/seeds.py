@@ -1,0 +1,203 @@
+"""The seed-spread report: how far each stage moved its metrics across N runs of one recipe (N seeds).
+
+``write_seed_report(run_dirs, out)`` reads each run with ``eval.report.load_run`` and writes ``out``
+(markdown) and a PNG beside it. One row per stage (pipeline order) and per target or guardrail metric:
+the mean and min–max over seeds of the input score (the checkpoint the stage started from), the output
+score and the change (output − input), as percentages. A run whose stage has no ``eval.json`` (or lacks
+the metric) is listed as missing and left out of that row's statistics; the row shows how many seeds it
+rests on.
+
+Verdict for a target metric: "rise" when every seed's change is positive and the mean change exceeds
+the spread of the changes (max − min over seeds); "within spread" when the mean change is positive but
+that fails; "no rise" otherwise; "too few seeds" when fewer than two seeds measured it. Why this rule:
+for n = 3 normal draws the expected range is about 1.7 σ, so mean > range means mean/(σ/√3) > 1.7·√3 ≈
+2.9, close to the one-sided 5% critical value t₀.₀₅,₂ ≈ 2.92. It is thus roughly a one-sided t-test at
+the 5% level with 3 seeds, a conservative "beyond the seed spread" criterion that needs no scipy and
+reads off the table directly. Guardrail rows carry "guardrail" instead of a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eval.report import RunData, load_run, scores
+
+
+@dataclass
+class SeedRow:
+    """One stage × metric across seeds; lists hold one entry per run (None where it was not measured)."""
+
+    stage: str
+    metric: str
+    role: str
+    inputs: list[float | None] = field(default_factory=list)
+    outputs: list[float | None] = field(default_factory=list)
+
+    @property
+    def changes(self) -> list[float | None]:
+        """Return output − input per seed (None where either is missing)."""
+        return [
+            None if a is None or b is None else b - a for a, b in zip(self.inputs, self.outputs, strict=True)
+        ]
+
+    @property
+    def seeds(self) -> int:
+        """Return how many seeds measured both input and output."""
+        return sum(c is not None for c in self.changes)
+
+    @property
+    def verdict(self) -> str:
+        """Return the rise verdict for a target (see the module docstring) or "guardrail"."""
+        if self.role != "target":
+            return "guardrail"
+        changes = [c for c in self.changes if c is not None]
+        if len(changes) < 2:
+            return "too few seeds"
+        mean = sum(changes) / len(changes)
+        if all(c > 0 for c in changes) and mean > max(changes) - min(changes):
+            return "rise"
+        return "within spread" if mean > 0 else "no rise"
+
+
+def load_runs(run_dirs: list[Path]) -> list[RunData]:
+    """Return the loaded runs; raise ValueError naming the directory whose recipe or stages differ."""
+    if len(run_dirs) < 2:
+        raise ValueError(f"a seed report needs at least 2 run directories, got {len(run_dirs)}")
+    runs = [load_run(Path(d)) for d in run_dirs]
+    first = runs[0]
+    for run in runs[1:]:
+        if run.name != first.name:
+            raise ValueError(
+                f"{run.run_dir}: recipe '{run.name}' differs from '{first.name}' in {first.run_dir}"
+            )
+        ids, first_ids = [s.id for s in run.stages], [s.id for s in first.stages]
+        if ids != first_ids:
+            raise ValueError(f"{run.run_dir}: stages {ids} differ from {first_ids} in {first.run_dir}")
+    return runs
+
+
+def rows_of(runs: list[RunData]) -> list[SeedRow]:
+    """Return one SeedRow per stage and target/guardrail metric of loaded runs, in pipeline order."""
+    rows: list[SeedRow] = []
+    for i, stage in enumerate(runs[0].stages):
+        evals = [run.stages[i].eval for run in runs]
+        roles: dict[str, str] = {}
+        for ev in evals:
+            for m in (ev or {}).get("targets", []):
+                roles.setdefault(m, "target")
+        for ev in evals:
+            for m in (ev or {}).get("guardrails", []):
+                roles.setdefault(m, "guardrail")
+        sides = []
+        for run, ev in zip(runs, evals, strict=True):
+            path = run.run_dir / stage.id / "eval.json"
+            sides.append((scores(ev, "input", path), scores(ev, "output", path)) if ev else ({}, {}))
+        for metric, role in roles.items():
+            rows.append(
+                SeedRow(
+                    stage.id,
+                    metric,
+                    role,
+                    [s[0].get(metric) for s in sides],
+                    [s[1].get(metric) for s in sides],
+                )
+            )
+    return rows
+
+
+def seed_rows(run_dirs: list[Path]) -> list[SeedRow]:
+    """Return one SeedRow per stage and target/guardrail metric, in pipeline order."""
+    return rows_of(load_runs(run_dirs))
+
+
+def missing(rows: list[SeedRow], run_dirs: list[Path]) -> list[str]:
+    """Return 'stage/metric: run dirs' for every row some seed did not measure."""
+    out = []
+    for r in rows:
+        gone = [Path(d).name for d, c in zip(run_dirs, r.changes, strict=True) if c is None]
+        if gone:
+            out.append(f"{r.stage}/{r.metric}: {', '.join(gone)}")
+    return out
+
+
+def fmt_stat(values: list[float | None], signed: bool = False) -> str:
+    """Return 'mean (min – max)' in percent with one decimal ('–' when nothing was measured)."""
+    vals = [100 * v for v in values if v is not None]
+    if not vals:
+        return "–"
+    spec = "+.1f" if signed else ".1f"
+    return f"{sum(vals) / len(vals):{spec}} ({min(vals):{spec}} – {max(vals):{spec}})"
+
+
+def row_cells(row: SeedRow, n_runs: int) -> list[str]:
+    """Return the table cells of a row: stage, metric, role, input, output, change, verdict."""
+    verdict = row.verdict if row.seeds == n_runs else f"{row.verdict} ({row.seeds}/{n_runs} seeds)"
+    stats = [fmt_stat(row.inputs), fmt_stat(row.outputs), fmt_stat(row.changes, signed=True)]
+    return [row.stage, row.metric, row.role, *stats, verdict]
+
+
+HEADERS = [
+    "stage",
+    "metric",
+    "role",
+    "input (mean, min–max)",
+    "output (mean, min–max)",
+    "change (mean, min–max)",
+    "verdict",
+]
+
+
+def seed_markdown(rows: list[SeedRow], run_dirs: list[Path]) -> str:
+    """Return the seed-spread table as markdown with a footer naming the runs and any missing evals."""
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(row_cells(r, len(run_dirs))) + " |" for r in rows]
+    names = ", ".join(str(d) for d in run_dirs)
+    lines += [
+        "",
+        f"{len(run_dirs)} seeds (run dirs: {names}); values are percentages, mean over seeds with min – max "
+        'in brackets; change = output − input of the stage. Verdict "rise": every seed\'s change > 0 and '
+        "mean change > its spread (max − min), about a one-sided 5% t-test at 3 seeds.",
+    ]
+    gone = missing(rows, run_dirs)
+    if gone:
+        lines.append(f"Not measured (left out of the statistics): {'; '.join(gone)}.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_changes(rows: list[SeedRow], png: Path) -> Path:
+    """Write a PNG of per-seed change per target metric (dots), its mean (bar) and a zero line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    targets = [r for r in rows if r.role == "target"]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(targets) + 1), 4))
+    for x, r in enumerate(targets):
+        changes = [100 * c for c in r.changes if c is not None]
+        if changes:
+            ax.bar(x, sum(changes) / len(changes), width=0.6, color="#9ecae1", zorder=1)
+            ax.scatter([x] * len(changes), changes, color="#08519c", s=18, zorder=2)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(targets)), [f"{r.stage}\n{r.metric}" for r in targets], fontsize=7)
+    ax.set_ylabel("change (output − input), percentage points")
+    ax.set_title("Per-seed change of each stage's targets (bar: mean)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return png
+
+
+def write_seed_report(run_dirs: list[Path], out: Path) -> Path:
+    """Write the markdown report to ``out`` and its plot to ``out`` with a .png suffix; return ``out``."""
+    run_dirs = [Path(d) for d in run_dirs]
+    runs = load_runs(run_dirs)
+    rows = rows_of(runs)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = plot_changes(rows, out.with_suffix(".png"))
+    text = f"# Seed spread: {runs[0].name}\n\n" + seed_markdown(rows, run_dirs)
+    out.write_text(text + f"\n![per-seed change of the targets]({png.name})\n", encoding="utf-8")
+    return out

@@ -1,0 +1,126 @@
+"""The seed-spread report on synthetic run directories: statistics, verdicts, errors and the CLI command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from eval.seeds import fmt_stat, seed_markdown, seed_rows, write_seed_report
+from infra.cli import app
+
+#: Per seed, the change of each target of 01_reasoning_rl (percentage points) from a fixed input.
+CHANGES = {"puzzle_acc": (10, 12, 11), "science_acc": (1, 20, 2), "code_pass1": (-1, -2, 0.5)}
+INPUT = 0.30
+
+
+def make_run(root: Path, name: str, seed: int, recipe: str = "tiny", skip_eval: str | None = None) -> Path:
+    """Write a run directory in the driver's layout (manifest.json + per-stage eval.json; test data)."""
+    run = root / name
+    stages = {
+        "00_sft": ({"sft_format": 0.0}, {"sft_format": 0.8 + 0.01 * seed}, ["sft_format"], []),
+        "01_reasoning_rl": (
+            {**{m: INPUT for m in CHANGES}, "math_acc": 0.05},
+            {**{m: INPUT + CHANGES[m][seed] / 100 for m in CHANGES}, "math_acc": 0.04 - 0.01 * seed},
+            list(CHANGES),
+            ["math_acc"],
+        ),
+    }
+    for sid, (before, after, targets, guards) in stages.items():
+        (run / sid).mkdir(parents=True)
+        if sid != skip_eval:
+            ev = {"input": before, "output": after, "targets": targets, "guardrails": guards}
+            (run / sid / "eval.json").write_text(json.dumps(ev))
+    manifest = {
+        "recipe": recipe,
+        "seed": seed,
+        "base": {"model": "micro"},
+        "stages": [{"id": sid, "folder": f"stages/{sid}", "status": "done"} for sid in stages],
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> list[Path]:
+    return [make_run(tmp_path, f"tiny-s{s}", s) for s in range(3)]
+
+
+def _row(rows, stage, metric):
+    return next(r for r in rows if r.stage == stage and r.metric == metric)
+
+
+def test_statistics_and_order(runs):
+    rows = seed_rows(runs)
+    assert [(r.stage, r.metric) for r in rows] == [
+        ("00_sft", "sft_format"),
+        ("01_reasoning_rl", "puzzle_acc"),
+        ("01_reasoning_rl", "science_acc"),
+        ("01_reasoning_rl", "code_pass1"),
+        ("01_reasoning_rl", "math_acc"),
+    ]
+    puzzle = _row(rows, "01_reasoning_rl", "puzzle_acc")
+    assert puzzle.changes == pytest.approx([0.10, 0.12, 0.11])
+    assert fmt_stat(puzzle.inputs) == "30.0 (30.0 – 30.0)"
+    assert fmt_stat(puzzle.outputs) == "41.0 (40.0 – 42.0)"
+    assert fmt_stat(puzzle.changes, signed=True) == "+11.0 (+10.0 – +12.0)"
+    guard = _row(rows, "01_reasoning_rl", "math_acc")
+    assert fmt_stat(guard.outputs) == "3.0 (2.0 – 4.0)"
+    assert fmt_stat(guard.changes, signed=True) == "-2.0 (-3.0 – -1.0)"
+
+
+def test_verdicts_and_guardrails(runs):
+    rows = seed_rows(runs)
+    assert _row(rows, "01_reasoning_rl", "puzzle_acc").verdict == "rise"
+    assert _row(rows, "01_reasoning_rl", "science_acc").verdict == "within spread"
+    assert _row(rows, "01_reasoning_rl", "code_pass1").verdict == "no rise"
+    guard = _row(rows, "01_reasoning_rl", "math_acc")
+    assert (guard.role, guard.verdict) == ("guardrail", "guardrail")
+    md = seed_markdown(rows, runs)
+    assert "| 01_reasoning_rl | puzzle_acc | target | 30.0 (30.0 – 30.0) | 41.0 (40.0 – 42.0) |" in md
+    assert md.splitlines()[0].startswith("| stage | metric | role | input (mean, min–max) |")
+    assert "3 seeds (run dirs: " in md and str(runs[2]) in md
+
+
+def test_missing_eval_is_left_out_and_counted(tmp_path):
+    dirs = [make_run(tmp_path, f"r{s}", s, skip_eval="01_reasoning_rl" if s == 1 else None) for s in range(3)]
+    rows = seed_rows(dirs)
+    puzzle = _row(rows, "01_reasoning_rl", "puzzle_acc")
+    assert puzzle.seeds == 2 and puzzle.changes[1] is None
+    assert fmt_stat(puzzle.changes, signed=True) == "+10.5 (+10.0 – +11.0)"
+    md = seed_markdown(rows, dirs)
+    assert "rise (2/3 seeds)" in md
+    assert "01_reasoning_rl/puzzle_acc: r1" in md
+    assert _row(rows, "00_sft", "sft_format").seeds == 3
+
+
+def test_errors_name_the_directory(tmp_path, runs):
+    other = make_run(tmp_path, "other", 0, recipe="rufus-air")
+    with pytest.raises(ValueError, match="other.*rufus-air"):
+        seed_rows([runs[0], other])
+    with pytest.raises(ValueError, match="at least 2"):
+        seed_rows(runs[:1])
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        seed_rows([runs[0], tmp_path / "nowhere"])
+
+
+def test_write_report_files(tmp_path, runs):
+    out = write_seed_report(runs, tmp_path / "rep" / "seeds.md")
+    assert out.read_text(encoding="utf-8").startswith("# Seed spread: tiny")
+    png = out.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_writes_report_and_fails_cleanly(tmp_path, runs):
+    runner = CliRunner()
+    result = runner.invoke(app, ["seeds", *map(str, runs)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "seeds.md").is_file() and (tmp_path / "seeds.png").is_file()
+    assert "Seed spread: tiny" in result.output
+    assert "| puzzle_acc | target |" in (tmp_path / "seeds.md").read_text(encoding="utf-8")
+    result = runner.invoke(app, ["seeds", str(runs[0]), str(tmp_path / "gone-s9")])
+    assert result.exit_code == 2
+    assert "gone-s9" in result.output.replace("\n", "")
+    assert not (tmp_path / "gone-s9").exists()
