@@ -256,7 +256,16 @@ def cap_families(
 
 
 def write_train(out_dir: Path, rows: Iterable[PromptRow], manifest: Manifest) -> None:
-    """Write ``train.jsonl`` (recorded as an output), then ``manifest.json``, into ``out_dir``."""
+    """Write ``train.jsonl`` (recorded as an output), then ``manifest.json``, into ``out_dir``.
+
+    Raises ``ValueError`` after writing when no row survived: RL cannot train on nothing, and the manifest
+    left behind says which step dropped them.
+    """
     train = Path(out_dir) / "train.jsonl"
+    rows = list(rows)
     manifest.add_output(train, write_jsonl(train, rows_to_jsonl(rows)))
     manifest.write(Path(out_dir) / "manifest.json")
+    if not rows:
+        counts = [f"{s['step']} → {s['count']}" for s in manifest.data.get("steps", []) if "count" in s]
+        steps = ", ".join(counts)
+        raise ValueError(f"{out_dir}: no training prompt survived the filters ({steps}); see manifest.json")

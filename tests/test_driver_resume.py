@@ -57,7 +57,12 @@ RECIPE = {
             "stage": "stages/01_reasoning_rl",
             "overrides": {
                 "embedded": {
-                    "data": {"families": {"math": 16, "science": 8, "puzzle": 8}, "heldout_per_metric": 6},
+                    # a one-epoch SFT model rarely answers: keep zero-pass prompts so RL has rows to train on
+                    "data": {
+                        "families": {"math": 16, "science": 8, "puzzle": 8},
+                        "heldout_per_metric": 6,
+                        "learnability": {"samples": 2, "drop_zero": False},
+                    },
                     "rollout": {"prompts_per_step": 2, "samples_per_prompt": 4, "num_rollouts": 3},
                 }
             },
