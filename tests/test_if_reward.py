@@ -207,3 +207,23 @@ def test_teacher_checker_runs_in_sandbox():
     assert _if("<think>t</think>\nsun sun", [{"kind": "code_src", "source": src}]).score == 0.0
     broken = _if("<think>t</think>\nsun", [{"kind": "code_src", "source": "def check(r):\n    return 1/0\n"}])
     assert broken.score == 0.0 and "ZeroDivisionError" in broken.details["notes"]["rubric_0"]
+
+
+def test_code_src_retries_a_broken_runner_channel_once(monkeypatch):
+    """A runner whose channel breaks gets one more try on a fresh runner; a second break is not passed.
+
+    The broken channel is simulated by replacing the single-attempt runner call (the sandbox itself is
+    exercised by the other code_src tests).
+    """
+    from rewards import instruction_following as ifr
+
+    calls = []
+
+    def flaky(source, response, timeout):
+        calls.append(source)
+        return (False, "checker_crashed: reset") if len(calls) == 1 else (True, "")
+
+    monkeypatch.setattr(ifr, "_run_code_src_once", flaky)
+    assert ifr.run_code_src("def check(r): return True", "x") == (True, "") and len(calls) == 2
+    monkeypatch.setattr(ifr, "_run_code_src_once", lambda *a: (False, "checker_crashed: reset"))
+    assert ifr.run_code_src("def check(r): return True", "x") == (False, "checker_crashed: reset")

@@ -9,19 +9,23 @@ with the held-out sets → 8-gram decontamination → quality (teacher passes at
   conversations deterministically from the same constraint pool and rubric format (code rubrics only:
   no judge exists offline). Quality is the constructive reference answer passing every rubric; the
   model-based difficulty pass is skipped and recorded as such.
-* **production**: teacher-synthesised rows (``PromptRow`` JSONL with rubric labels) are read by hub id
-  with ``datasets.load_dataset`` or from local files; quality and difficulty call the ``teacher`` and
-  ``policy`` endpoints through ``data_prep.filters``.
+* **production**: rows already synthesised (``PromptRow`` JSONL with rubric labels) are read by hub id
+  with ``datasets.load_dataset`` or from local files; with a ``synthesis`` section, the teacher writes
+  new rows first (``data_prep.if_synthesis``: multi-constraint prompts with sandbox-checked checkers,
+  adversarial conversations against rotating assistants, the sanity filter) and they join the loaded
+  ones. Quality and difficulty then call the ``teacher`` and ``policy`` endpoints through
+  ``data_prep.filters``.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from data_prep import filters
+from data_prep import filters, if_synthesis
 from data_prep.io import MalformedCounter
 from data_prep.manifest import Manifest
 from data_prep.rl_stage import (
@@ -73,6 +77,9 @@ class Params(BaseModel):
     heldout_per_metric: int = Field(200, ge=1)
     sources: list[RowSource] = Field(default_factory=list, description="Production row sources.")
     benchmarks: dict[str, str] = Field(default_factory=dict, description="Benchmark name -> local file.")
+    synthesis: if_synthesis.SynthesisParams | None = Field(
+        None, description="Teacher synthesis run before the filters (production); its rows join the sources'."
+    )
     teacher: Endpoint | None = None
     policy: Endpoint | None = None
 
@@ -86,8 +93,9 @@ class Params(BaseModel):
 
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
-    kind, code = "rl_prompts:03_if_rl", [Path(__file__)]
-    return prepare_prompts(ctx, kind, Params, code, _embedded_rows, _production_rows)
+    kind, code = "rl_prompts:03_if_rl", [Path(__file__), *if_synthesis.CODE_FILES]
+    production = partial(_production_rows, seed=ctx.seed)
+    return prepare_prompts(ctx, kind, Params, code, _embedded_rows, production)
 
 
 def _embedded_rows(
@@ -140,8 +148,13 @@ def source_rows(source: RowSource, malformed: MalformedCounter) -> list[PromptRo
     return rows
 
 
-def _production_rows(params: Params, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
+def _production_rows(
+    params: Params, heldout: dict[str, Path], manifest: Manifest, *, seed: int
+) -> list[PromptRow]:
     rows = load_sources(params.sources, source_rows, manifest)
+    if params.synthesis is not None:
+        rows += if_synthesis.synthesise(params.synthesis, params.constraints_per_prompt, seed, manifest)
+        manifest.step("joined", len(rows))
     rows = screen_against_evals(rows, heldout, benchmark_items(params.benchmarks), manifest)
     reward = get_reward("if_rubrics")
     rows = endpoint_filter(
