@@ -12,6 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+from fake_chat import send_json
 
 from data_prep.teacher import ChatClient, TeacherError
 
@@ -32,12 +33,7 @@ class _Handler(BaseHTTPRequestHandler):
         choices = [
             {"message": {"content": f"answer {i}", "reasoning_content": "thinking"}} for i in range(body["n"])
         ]
-        data = json.dumps({"choices": choices}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, {"choices": choices})
 
     def log_message(self, *args: object) -> None:
         pass

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from fake_chat import send_json
 
 from data_prep import if_synthesis_constraints as mc
 from data_prep import if_synthesis_multiturn as mt
@@ -125,12 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
             text = "word " * 600
         else:
             text = f"answer from {body['model']}"
-        data = json.dumps({"choices": [{"message": {"content": text}}] * body.get("n", 1)}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, {"choices": [{"message": {"content": text}}] * body.get("n", 1)})
 
     def log_message(self, *args: object) -> None:
         pass
