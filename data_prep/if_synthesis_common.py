@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from data_prep.io import MalformedCounter
+from data_prep.rl_stage import endpoint_client
 from data_prep.schema import PromptRow
 from data_prep.teacher import ChatClient
 from rewards.instruction_following import run_code_src
@@ -100,10 +100,9 @@ def transcript(messages: Sequence[dict[str, Any]]) -> str:
     return "\n\n".join(f"[{m['role']}] {m['content']}" for m in messages)
 
 
-def client_for(endpoint: Any, timeout: float = 300.0) -> ChatClient:
-    """Return a :class:`ChatClient` for an ``Endpoint`` (API key read from ``endpoint.api_key_env``)."""
-    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    return ChatClient(endpoint.base_url, endpoint.model, api_key=key, timeout=timeout)
+def client_for(endpoint: Any) -> ChatClient:
+    """Return a :class:`ChatClient` for an ``Endpoint`` with the long timeout synthesis replies need."""
+    return endpoint_client(endpoint, timeout=300.0)
 
 
 @dataclass

@@ -30,6 +30,7 @@ from data_prep import filters
 from data_prep.io import MalformedCounter, read_jsonl, sha256_file, write_jsonl
 from data_prep.manifest import Manifest
 from data_prep.schema import PromptRow
+from data_prep.teacher import ChatClient
 from data_prep.tiny_tasks.rl_prep import (
     decontaminate,
     drop_heldout_overlap,
@@ -48,12 +49,15 @@ class Endpoint(BaseModel):
     api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
 
 
+def endpoint_client(endpoint: Endpoint, **client_kwargs: Any) -> ChatClient:
+    """Return a :class:`ChatClient` for ``endpoint`` (API key read from ``endpoint.api_key_env``)."""
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    return ChatClient(endpoint.base_url, endpoint.model, api_key=key, **client_kwargs)
+
+
 def endpoint_generate(endpoint: Endpoint, **kwargs: Any) -> filters.Generate:
     """Return a ``filters.Generate`` that samples ``endpoint`` with the given sampling arguments."""
-    from data_prep.teacher import ChatClient
-
-    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    return ChatClient(endpoint.base_url, endpoint.model, api_key=key).as_generate(**kwargs)
+    return endpoint_client(endpoint).as_generate(**kwargs)
 
 
 def endpoint_filter(

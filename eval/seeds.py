@@ -190,10 +190,13 @@ def plot_changes(rows: list[SeedRow], png: Path) -> Path:
     return png
 
 
-def write_seed_report(run_dirs: list[Path], out: Path) -> Path:
-    """Write the markdown report to ``out`` and its plot to ``out`` with a .png suffix; return ``out``."""
+def write_seed_report(run_dirs: list[Path], out: Path, runs: list[RunData] | None = None) -> Path:
+    """Write the markdown report to ``out`` and its plot to ``out`` with a .png suffix; return ``out``.
+
+    ``runs``: the already loaded runs of ``run_dirs`` (read again when not given).
+    """
     run_dirs = [Path(d) for d in run_dirs]
-    runs = load_runs(run_dirs)
+    runs = runs or load_runs(run_dirs)
     rows = rows_of(runs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -215,8 +215,8 @@ def seeds(
 
     target = out or run_dirs[0].parent / "seeds.md"
     try:
-        written = write_seed_report(run_dirs, target)
         runs = load_runs(run_dirs)
+        written = write_seed_report(run_dirs, target, runs)
     except (ValueError, FileNotFoundError) as exc:
         _fail(exc)
         return
