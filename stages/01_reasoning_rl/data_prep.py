@@ -17,6 +17,7 @@ subject) → exact overlap with the held-out sets → 8-gram decontamination →
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +101,7 @@ def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
     kind, code = "rl_prompts:01_reasoning_rl", [Path(__file__)]
 
-    def embedded(params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
-        return _embedded_rows(params, seed, heldout, manifest, ctx)
-
-    return prepare_prompts(ctx, kind, Params, code, embedded, _production_rows)
+    return prepare_prompts(ctx, kind, Params, code, partial(_embedded_rows, ctx=ctx), _production_rows)
 
 
 def _learnability_rule(params: Params) -> filters.BandRule:
@@ -116,7 +114,7 @@ def _learnability_rule(params: Params) -> filters.BandRule:
 
 
 def _embedded_rows(
-    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest, ctx: Any
+    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest, *, ctx: Any
 ) -> list[PromptRow]:
     manifest.add_source(
         {"name": "data_prep.tiny_tasks", "families": list(params.families), "license": "generated"}
