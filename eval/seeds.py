@@ -7,13 +7,13 @@ score and the change (output − input), as percentages. A run whose stage has n
 the metric) is listed as missing and left out of that row's statistics; the row shows how many seeds it
 rests on.
 
-Verdict for a target metric: "rise" when every seed's change is positive and the mean change exceeds
-the spread of the changes (max − min over seeds); "within spread" when the mean change is positive but
-that fails; "no rise" otherwise; "too few seeds" when fewer than two seeds measured it. Why this rule:
-for n = 3 normal draws the expected range is about 1.7 σ, so mean > range means mean/(σ/√3) > 1.7·√3 ≈
-2.9, close to the one-sided 5% critical value t₀.₀₅,₂ ≈ 2.92. It is thus roughly a one-sided t-test at
-the 5% level with 3 seeds, a conservative "beyond the seed spread" criterion that needs no scipy and
-reads off the table directly. Guardrail rows carry "guardrail" instead of a verdict.
+Verdict for a target metric: a one-sided one-sample t-test of the per-seed changes against zero
+(``scipy.stats.ttest_1samp``, ``alternative="greater"``). "rise" when p < 0.05 — the mean change stands
+out from the seed-to-seed spread of the changes; "within spread" when the mean change is positive but
+p ≥ 0.05; "no rise" otherwise; "too few seeds" when fewer than two seeds measured it. The p-value is a
+column of the table. (Until the 5-seed measurement the rule was "every seed rises and mean change > max −
+min", which approximates this test at 3 seeds but grows stricter with every seed added, since the range
+widens with n.) Guardrail rows carry "guardrail" instead of a verdict.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.report import RunData, load_run, scores
+
+#: One-sided significance level of the rise verdict.
+ALPHA = 0.05
 
 
 @dataclass
@@ -47,18 +50,29 @@ class SeedRow:
         return sum(c is not None for c in self.changes)
 
     @property
+    def p_value(self) -> float | None:
+        """Return the one-sided t-test p-value of "mean change > 0" (None with fewer than two seeds)."""
+        changes = [c for c in self.changes if c is not None]
+        if len(changes) < 2:
+            return None
+        if max(changes) == min(changes):  # no spread: the test is undefined, the sign decides
+            return 0.0 if changes[0] > 0 else 1.0
+        from scipy import stats  # imported here: the CLI loads this module, scipy is an extra
+
+        return float(stats.ttest_1samp(changes, 0.0, alternative="greater").pvalue)
+
+    @property
     def verdict(self) -> str:
         """Return the rise verdict for a target (see the module docstring) or "guardrail"."""
         if self.role != "target":
             return "guardrail"
-        changes = [c for c in self.changes if c is not None]
-        if len(changes) < 2:
+        p = self.p_value
+        if p is None:
             return "too few seeds"
-        mean = sum(changes) / len(changes)
-        if all(c > 0 for c in changes) and mean > max(changes) - min(changes):
+        if p < ALPHA:
             return "rise"
-        return "within spread" if mean > 0 else "no rise"
-
+        changes = [c for c in self.changes if c is not None]
+        return "within spread" if sum(changes) > 0 else "no rise"
 
 def load_runs(run_dirs: list[Path]) -> list[RunData]:
     """Return the loaded runs; raise ValueError naming the directory whose recipe or stages differ."""
@@ -131,10 +145,11 @@ def fmt_stat(values: list[float | None], signed: bool = False) -> str:
 
 
 def row_cells(row: SeedRow, n_runs: int) -> list[str]:
-    """Return the table cells of a row: stage, metric, role, input, output, change, verdict."""
+    """Return the table cells of a row: stage, metric, role, input, output, change, p, verdict."""
     verdict = row.verdict if row.seeds == n_runs else f"{row.verdict} ({row.seeds}/{n_runs} seeds)"
-    stats = [fmt_stat(row.inputs), fmt_stat(row.outputs), fmt_stat(row.changes, signed=True)]
-    return [row.stage, row.metric, row.role, *stats, verdict]
+    cells = [fmt_stat(row.inputs), fmt_stat(row.outputs), fmt_stat(row.changes, signed=True)]
+    p = row.p_value if row.role == "target" else None
+    return [row.stage, row.metric, row.role, *cells, "–" if p is None else f"{p:.3f}", verdict]
 
 
 HEADERS = [
@@ -144,6 +159,7 @@ HEADERS = [
     "input (mean, min–max)",
     "output (mean, min–max)",
     "change (mean, min–max)",
+    "p (one-sided t)",
     "verdict",
 ]
 
@@ -156,8 +172,8 @@ def seed_markdown(rows: list[SeedRow], run_dirs: list[Path]) -> str:
     lines += [
         "",
         f"{len(run_dirs)} seeds (run dirs: {names}); values are percentages, mean over seeds with min – max "
-        'in brackets; change = output − input of the stage. Verdict "rise": every seed\'s change > 0 and '
-        "mean change > its spread (max − min), about a one-sided 5% t-test at 3 seeds.",
+        'in brackets; change = output − input of the stage. Verdict "rise": the per-seed changes are above '
+        f"zero by a one-sided one-sample t-test at the {ALPHA:.0%} level (p in its column).",
     ]
     gone = missing(rows, run_dirs)
     if gone:

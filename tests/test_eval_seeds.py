@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eval.seeds import fmt_stat, seed_markdown, seed_rows, write_seed_report
+from eval.seeds import SeedRow, fmt_stat, seed_markdown, seed_rows, write_seed_report
 from infra.cli import app
 
 #: Per seed, the change of each target of 01_reasoning_rl (percentage points) from a fixed input.
@@ -82,6 +82,27 @@ def test_verdicts_and_guardrails(runs):
     assert "| 01_reasoning_rl | puzzle_acc | target | 30.0 (30.0 – 30.0) | 41.0 (40.0 – 42.0) |" in md
     assert md.splitlines()[0].startswith("| stage | metric | role | input (mean, min–max) |")
     assert "3 seeds (run dirs: " in md and str(runs[2]) in md
+
+
+def _target(changes: list[float]) -> SeedRow:
+    return SeedRow("02_coding_rl", "code_pass1", "target", [0.4] * len(changes), [0.4 + c for c in changes])
+
+
+def test_verdict_is_a_one_sided_t_test():
+    # Measured Coding RL changes over 3 seeds: t = 2.84 < t(0.05, 2) = 2.92, so not yet beyond the spread.
+    three = _target([0.099, 0.201, 0.368])
+    assert 0.05 < three.p_value < 0.06 and three.verdict == "within spread"
+    # Two more seeds in line with the first three: the same kind of spread now supports the rise.
+    five = _target([0.099, 0.201, 0.368, 0.15, 0.25])
+    assert five.p_value < 0.01 and five.verdict == "rise"
+    # One seed falling does not veto a rise that the others carry clearly ...
+    assert _target([0.10, 0.12, 0.11, 0.13, -0.01]).verdict == "rise"
+    # ... but a mean below zero is "no rise", and no spread at all is decided by the sign.
+    assert _target([-0.02, 0.01, -0.03]).verdict == "no rise"
+    assert _target([0.05, 0.05]).p_value == 0.0 and _target([0.0, 0.0]).verdict == "no rise"
+    assert _target([0.05]).verdict == "too few seeds"
+    md = seed_markdown([three], [Path("a"), Path("b"), Path("c")])
+    assert f"| {three.p_value:.3f} | within spread |" in md and "t-test" in md
 
 
 def test_missing_eval_is_left_out_and_counted(tmp_path):
