@@ -74,6 +74,7 @@ class SeedRow:
         changes = [c for c in self.changes if c is not None]
         return "within spread" if sum(changes) > 0 else "no rise"
 
+
 def load_runs(run_dirs: list[Path]) -> list[RunData]:
     """Return the loaded runs; raise ValueError naming the directory whose recipe or stages differ."""
     if len(run_dirs) < 2:
