@@ -4,7 +4,7 @@
 production data builders, rewards, filters and objectives at embedded sizes. Every stage must finish, hand
 a verified checkpoint (same chat template) to the next and evaluate its input and output checkpoints; SFT
 must teach the answer format from scratch; the report must render. The README's measured table comes
-from this same command over three seeds.
+from this same command over five seeds.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_rl_stages_train_every_rollout_and_evaluate_targets_and_guardrails(tiny_
 def test_rl_stages_raise_their_targets_on_average(tiny_run: Path):
     """Across the RL stages, the held-out targets rise over each stage's own starting checkpoint.
 
-    Per stage and per seed the rises are measured over three seeds in the README (`rufus seeds`); one
+    Per stage and per seed the rises are measured over five seeds in the README (`rufus seeds`); one
     seed's single-stage change is too noisy for a test, so this asserts the mean over every RL target.
     """
     changes = {}
