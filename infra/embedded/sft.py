@@ -34,6 +34,7 @@ from infra.embedded.metrics import MetricsLog
 from infra.embedded.models import load_model, load_tokenizer, pick_device
 from infra.embedded.optim import build_optimizer
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
+from infra.plateau import observe_heldout
 
 SELECTED = "selected"
 
@@ -209,16 +210,12 @@ class SFTTrainer:
 
     def _select(self, step: int, loss: float, state: dict[str, Any]) -> None:
         """Update the plateau-selection state with the held-out ``loss`` measured after ``step``."""
-        if state["best"] is None or loss < state["best"]:
-            state.update(best=loss, selected_step=step, evals_since_best=0)
+        patience = self.sft.plateau_patience if self.sft.select_by == "heldout_plateau" else None
+        if observe_heldout(state, step, loss, patience):
             sel = self.job.checkpoints_dir / SELECTED
             ckpt.save_hf_folder(
                 sel, self.model, self.tokenizer, ckpt.EXPORT_MARKER, {"step": step, "loss": loss}
             )
-        else:
-            state["evals_since_best"] += 1
-        if self.sft.select_by == "heldout_plateau" and state["evals_since_best"] >= self.sft.plateau_patience:
-            state["plateau"] = True
 
     def run(self) -> TrainResult:
         """Train until the schedule ends or the held-out loss plateaus, export the selection, return it."""

@@ -70,14 +70,18 @@ def hf_to_torch_dist_command(init_hf: str, dest: str, cluster: ClusterProfile) -
     ]
 
 
-def export_commands(stage_id: str, init_hf: str, cluster: ClusterProfile, phase: int) -> list[list[str]]:
-    """torch_dist (latest or ``--iteration``) → HF with ``--origin-hf-dir``, then the handoff verification.
+def export_commands(
+    stage_id: str, init_hf: str, cluster: ClusterProfile, phase: int, selection: str | None = None
+) -> list[list[str]]:
+    """torch_dist (latest, or the iteration ``selection`` names) → HF with ``--origin-hf-dir``, then verify.
 
     ``handoff export`` resolves the iteration folder and runs slime's ``tools/convert_torch_dist_to_hf.py``
     (argv from :func:`infra.production.handoff.convert_argv`); ``handoff verify`` then checks the result.
+    ``selection``: a ``selection.json`` of ``infra.production.sft_select`` (SFT's held-out plateau pick).
     """
     src = cluster.torch_dist(stage_id, phase)
     dest = cluster.hf_export(stage_id)
+    pick = ["--selection", selection] if selection else []
     return [
         [
             "python3",
@@ -86,6 +90,7 @@ def export_commands(stage_id: str, init_hf: str, cluster: ClusterProfile, phase:
             "export",
             "--torch-dist",
             src,
+            *pick,
             "--output-dir",
             dest,
             "--origin-hf-dir",

@@ -1,7 +1,8 @@
 """Export a stage's torch_dist checkpoint to HF and verify the handoff to the next stage (cluster CLI).
 
-``python -m infra.production.handoff export`` picks the iteration (the latest, or ``--iteration N`` for a
-checkpoint chosen by held-out eval) and runs slime's ``tools/convert_torch_dist_to_hf.py`` with
+``python -m infra.production.handoff export`` picks the iteration (the latest, ``--iteration N``, or the
+one a held-out selection chose: ``--selection selection.json`` from ``infra.production.sft_select``) and
+runs slime's ``tools/convert_torch_dist_to_hf.py`` with
 ``--origin-hf-dir`` so tokenizer and config come from the stage's input. ``verify`` checks what the next
 stage depends on: the model shape in ``config.json`` is unchanged, the tokenizer files and chat template
 are byte-identical to the input's, every weight the input has is present, and the export is not an FP8
@@ -36,6 +37,16 @@ def iteration_dir(torch_dist: Path, iteration: int | None = None) -> Path:
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: iteration folder missing")
     return path
+
+
+def selected_iteration(selection: Path) -> int:
+    """The iteration recorded in a ``selection.json``; raise naming the file when it has none."""
+    if not selection.is_file():
+        raise FileNotFoundError(f"{selection}: no selection (run infra.production.sft_select first)")
+    value = json.loads(selection.read_text()).get("iteration")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{selection}: 'iteration' must be an integer, got {value!r}")
+    return value
 
 
 def convert_argv(
@@ -101,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("export")
     ex.add_argument("--torch-dist", required=True, type=Path)
-    ex.add_argument("--iteration", type=int)
+    pick = ex.add_mutually_exclusive_group()
+    pick.add_argument("--iteration", type=int)
+    pick.add_argument("--selection", type=Path, help="selection.json whose 'iteration' to export")
     ex.add_argument("--output-dir", required=True)
     ex.add_argument("--origin-hf-dir", required=True)
     ex.add_argument("--slime-dir", default="/root/slime")
@@ -111,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ve.add_argument("--origin-hf-dir", required=True, type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "export":
-        it = iteration_dir(args.torch_dist, args.iteration)
+        iteration = selected_iteration(args.selection) if args.selection else args.iteration
+        it = iteration_dir(args.torch_dist, iteration)
         cmd = convert_argv(str(it), args.output_dir, args.origin_hf_dir, args.slime_dir, args.vocab_size)
         print(" ".join(cmd), flush=True)
         return subprocess.run(cmd, check=False).returncode

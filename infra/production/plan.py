@@ -13,7 +13,7 @@ import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from infra.production import chain, launch
@@ -52,30 +52,50 @@ class StagePlan:
     paper: tuple[str, str] = ("", "")
 
 
+def sft_tokenize_command(data: Any, split: str, init_hf: str) -> list[str]:
+    """GLM ids + loss masks of ``<split>.jsonl`` under the input model's template (``sft_data``)."""
+    return [
+        "python3",
+        "-m",
+        "infra.production.sft_data",
+        "--input",
+        str(data / f"{split}.jsonl"),
+        "--output",
+        str(data / f"{split}.tokens.jsonl"),
+        "--tokenizer",
+        init_hf,
+    ]
+
+
+def sft_select_command(stage_id: str, config: Any, cluster: ClusterProfile, selection: str) -> list[str]:
+    """The held-out plateau pick over the run's --save-hf snapshots (infra.production.sft_select)."""
+    return [
+        "python3",
+        "-m",
+        "infra.production.sft_select",
+        "--snapshots",
+        str(PurePosixPath(cluster.hf_snapshots(stage_id)).parent),
+        "--heldout",
+        str(cluster.stage_data(stage_id) / "heldout_sft.tokens.jsonl"),
+        "--output",
+        selection,
+        "--patience",
+        str(config.sft.plateau_patience),
+    ]
+
+
 def render_stage(
     stage_id: str, config: Any, init_hf: str, cluster: ClusterProfile, run_name: str, seed: int
 ) -> StagePlan:
     """Render one stage: data/FP8 preparation, one train job per phase, export and handoff verification."""
     prod = config.production
     steps: list[Step] = []
+    selecting = config.kind == "sft" and config.sft.select_by == "heldout_plateau"
     if config.kind == "sft":
         data = cluster.stage_data(stage_id)
-        steps.append(
-            Step(
-                "sft_tokenize",
-                [
-                    "python3",
-                    "-m",
-                    "infra.production.sft_data",
-                    "--input",
-                    str(data / "train.jsonl"),
-                    "--output",
-                    str(data / "train.tokens.jsonl"),
-                    "--tokenizer",
-                    init_hf,
-                ],
-            )
-        )
+        steps.append(Step("sft_tokenize", sft_tokenize_command(data, "train", init_hf)))
+        if selecting:
+            steps.append(Step("sft_tokenize_heldout", sft_tokenize_command(data, "heldout_sft", init_hf)))
     if config.kind == "rl" and prod.sglang.fp8:
         for i, argv in enumerate(
             chain.fp8_commands(stage_id, init_hf, cluster, prod.sglang.fp8_bf16_first_layers)
@@ -106,7 +126,13 @@ def render_stage(
         name = f"{run_name}-{stage_id}-p{phase}".replace("_", "-").lower()
         entry = shlex.join(["python3", f"{cluster.slime_dir}/{t.entry}", *t.argv])
         rayjobs[name] = launch.rayjob_manifest(name, prod.nodes, cluster, entry)
-    for i, argv in enumerate(chain.export_commands(stage_id, init_hf, cluster, num_phases(config) - 1)):
+    selection = None
+    if selecting:
+        selection = str(cluster.stage_ckpt(stage_id) / "selection.json")
+        argv = sft_select_command(stage_id, config, cluster, selection)
+        steps.append(Step("select_checkpoint", argv, where="node 0 (all its GPUs)"))
+    exports = chain.export_commands(stage_id, init_hf, cluster, num_phases(config) - 1, selection)
+    for i, argv in enumerate(exports):
         steps.append(Step(["export_hf", "verify_handoff"][i], argv))
     steps += benchmark_eval_steps(stage_id, init_hf, cluster.hf_export(stage_id))
     return StagePlan(

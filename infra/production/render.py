@@ -273,8 +273,8 @@ def _eval(stage_id: str, config: StageConfig, cluster: ClusterProfile, phase: in
     metrics = [*config.eval.targets, *config.eval.guardrails]
     out: list[str] = []
     if config.kind == "sft":
-        # SFT is train-only in slime (--debug-train-only): no in-run eval. The --save-hf snapshots are what
-        # a held-out selection would read; the plan itself exports the latest iteration.
+        # SFT is train-only in slime (--debug-train-only): no in-run eval. The plan's select_checkpoint step
+        # scores the --save-hf snapshots on held-out loss afterwards (infra.production.sft_select).
         return out
     interval = config.production.eval_interval or config.production.save_interval
     _flag(out, "--eval-interval", interval)
