@@ -81,14 +81,15 @@ def heldout_nll(model: Any, rows: list[tuple[list[int], list[int]]], chunk_token
     with torch.no_grad():
         for ids, mask in rows:
             x = torch.tensor([ids], device=device)
-            hidden = model.base_model(input_ids=x).last_hidden_state[0, :-1]
-            target = x[0, 1:]
-            weight = torch.tensor(mask[1:], dtype=torch.float32, device=device)
+            hidden = model.base_model(input_ids=x, use_cache=False).last_hidden_state[0, :-1]
+            target, weight = x[0, 1:], torch.tensor(mask[1:], dtype=torch.float32)
             for a in range(0, hidden.shape[0], chunk_tokens):
                 b = min(a + chunk_tokens, hidden.shape[0])
-                logits = head(hidden[a:b]).float()
-                nll = torch.nn.functional.cross_entropy(logits, target[a:b], reduction="none")
-                total += float((nll * weight[a:b]).sum())
+                logits = head(hidden[a:b]).float()  # under device_map="auto" the head may sit on another GPU
+                nll = torch.nn.functional.cross_entropy(
+                    logits, target[a:b].to(logits.device), reduction="none"
+                )
+                total += float((nll * weight[a:b].to(logits.device)).sum())
             count += float(weight.sum())
     return total / max(count, 1.0)
 
