@@ -64,7 +64,8 @@ def parse_reply(text: str, shape: type[M]) -> M:
     try:
         data = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        raise ReplyError("reply_not_json", f"{type(exc).__name__}: {str(exc)[:120]}") from None
+        detail = f"{type(exc).__name__}: {str(exc)[:120]}; reply began {body[:60]!r}"
+        raise ReplyError("reply_not_json", detail) from None
     if not isinstance(data, dict):
         raise ReplyError("reply_schema", f"expected a JSON object, got {type(data).__name__}")
     try:
