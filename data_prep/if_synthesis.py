@@ -78,6 +78,10 @@ class SynthesisParams(BaseModel):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of teacher and assistants.")
     max_tokens: int | None = Field(None, ge=1, description="Completion cap of teacher calls.")
     workers: int = Field(4, ge=1, description="Attempts in flight at once.")
+    json_schema: bool = Field(
+        True,
+        description="Send each teacher reply's JSON schema as response_format (SGLang/vLLM decode to it).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SynthesisParams:
@@ -129,7 +133,12 @@ def synthesise(
             "queries_malformed": malformed.as_dict(),
         }
     )
-    common = {"temperature": params.temperature, "max_tokens": params.max_tokens, "workers": params.workers}
+    common = {
+        "temperature": params.temperature,
+        "max_tokens": params.max_tokens,
+        "workers": params.workers,
+        "json_schema": params.json_schema,
+    }
     mc = synthesise_multi_constraint(
         params.teacher,
         params.multi_constraint,

@@ -76,6 +76,16 @@ def parse_reply(text: str, shape: type[M]) -> M:
         raise ReplyError("reply_schema", f"{where}: {first['msg']}") from None
 
 
+def response_format(shape: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAI ``response_format`` that asks the server to decode only JSON of ``shape``'s schema.
+
+    SGLang (xgrammar) and vLLM constrain generation to the schema; :func:`parse_reply` still validates,
+    since a server may ignore the field.
+    """
+    schema = {"name": shape.__name__, "schema": shape.model_json_schema(), "strict": True}
+    return {"type": "json_schema", "json_schema": schema}
+
+
 def checker_drop_reason(sources: Sequence[str], reference: str) -> tuple[str, str] | None:
     """Return ``(reason, detail)`` for the first checker that fails on ``reference``, or None if all pass.
 

@@ -33,6 +33,7 @@ from data_prep.if_synthesis_common import (
     checker_drop_reason,
     client_for,
     parse_reply,
+    response_format,
     run_items,
 )
 from data_prep.schema import PromptRow
@@ -211,13 +212,16 @@ def synthesise_multi_constraint(
     temperature: float = 1.0,
     max_tokens: int | None = None,
     workers: int = 4,
+    json_schema: bool = True,
 ) -> SynthesisStep:
     """Return ``n`` attempts' kept rows (family ``if_multi_constraint``) and their drops by reason.
 
     ``teacher`` is an ``Endpoint``; ``queries`` are base user requests used in turn (none: the teacher
-    invents the task). Raises ``InfraError`` if the sandbox cannot run the checkers.
+    invents the task); ``json_schema`` sends the reply's schema as ``response_format``. Raises
+    ``InfraError`` if the sandbox cannot run the checkers.
     """
     client = client_for(teacher)
+    fmt = {"response_format": response_format(Reply)} if json_schema else {}
 
     def attempt(i: int) -> PromptRow | Drop:
         rng = random.Random(f"if-synthesis:multi_constraint:{seed}:{i}")
@@ -233,7 +237,7 @@ def synthesise_multi_constraint(
         ]
         try:
             text = client.chat(
-                messages, temperature=temperature, max_tokens=max_tokens, include_reasoning=False
+                messages, temperature=temperature, max_tokens=max_tokens, include_reasoning=False, **fmt
             )[0]
             reply = parse_reply(text, Reply)
         except TeacherError as exc:

@@ -36,6 +36,7 @@ from data_prep.if_synthesis_common import (
     checker_drop_reason,
     client_for,
     parse_reply,
+    response_format,
     run_items,
     transcript,
 )
@@ -162,10 +163,12 @@ def synthesise_multi_turn(
     temperature: float = 1.0,
     max_tokens: int | None = None,
     workers: int = 4,
+    json_schema: bool = True,
 ) -> SynthesisStep:
     """Return ``n`` attempts' kept conversations (family ``if_multiturn``) and their drops by reason.
 
-    ``teacher`` and ``assistants`` are ``Endpoint`` objects; ``topics`` seed the conversations in turn.
+    ``teacher`` and ``assistants`` are ``Endpoint`` objects; ``topics`` seed the conversations in turn;
+    ``json_schema`` sends each teacher reply's schema as ``response_format`` (assistants answer freely).
     Raises ``InfraError`` if the sandbox cannot run the checkers.
     """
     if n and not assistants:
@@ -178,8 +181,9 @@ def synthesise_multi_turn(
 
     def ask_teacher(system: str, user: str, shape: type[Any]) -> Any:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        fmt = {"response_format": response_format(shape)} if json_schema else {}
         text = user_side.chat(
-            messages, temperature=temperature, max_tokens=max_tokens, include_reasoning=False
+            messages, temperature=temperature, max_tokens=max_tokens, include_reasoning=False, **fmt
         )
         return parse_reply(text[0], shape)
 

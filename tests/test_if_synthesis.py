@@ -225,6 +225,27 @@ def test_multi_turn_rotates_assistants_and_honours_system_fraction(llm):
         b["model"] for b in server.seen if b["messages"][0]["role"] == "system" and b["model"] != "teacher"
     }
     assert sys_models and sys_models <= {"assist-a", "assist-b", "assist-c"}
+    # teacher calls ask the server to decode the reply's JSON schema; assistants answer freely
+    schemas = {b["response_format"]["json_schema"]["name"] for b in server.seen if b["model"] == "teacher"}
+    assert schemas == {"PlanReply", "TurnReply", "RubricReply"}
+    assert not any("response_format" in b for b in server.seen if b["model"] != "teacher")
+
+
+def test_reply_schema_can_be_left_to_the_prompt(llm):
+    server, url = llm
+    mc.synthesise_multi_constraint(
+        _ep(url, "teacher"), 1, seed=0, constraints_per_prompt=(2, 2), new_constraints=(1, 1),
+        queries=["Plan a picnic."], constraint_ids=EASY_IDS,
+    )  # fmt: skip
+    fmt = server.seen[-1]["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+    assert fmt["json_schema"]["schema"]["additionalProperties"] is False
+    assert set(fmt["json_schema"]["schema"]["required"]) >= {"instruction", "reference"}
+    mc.synthesise_multi_constraint(
+        _ep(url, "teacher"), 1, seed=0, constraints_per_prompt=(2, 2), new_constraints=(1, 1),
+        queries=["Plan a picnic."], constraint_ids=EASY_IDS, json_schema=False,
+    )  # fmt: skip
+    assert "response_format" not in server.seen[-1]
 
 
 def test_turn_counts_average_to_the_mean():
