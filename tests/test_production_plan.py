@@ -65,6 +65,13 @@ def test_sft_and_rl_specifics(plans):
     ):
         assert tok in sft
     assert sft[sft.index("--rollout-batch-size") + 1] == sft[sft.index("--global-batch-size") + 1] == "4096"
+    # SFT carries the held-out plateau pick: snapshots saved every 100 steps are scored after training
+    steps = {s.name: s.argv for s in plans[0].steps}
+    select, export = steps["select_checkpoint"], steps["export_hf"]
+    assert select[select.index("--patience") + 1] == "3"
+    assert sft[sft.index("--save-hf") + 1].startswith(select[select.index("--snapshots") + 1] + "/rollout_")
+    assert export[export.index("--selection") + 1] == select[select.index("--output") + 1]
+    assert "--selection" not in {s.name: s.argv for s in plans[1].steps}["export_hf"]  # RL: the final step
     rl = plans[1].trains[0].argv
     assert rl[rl.index("--over-sampling-batch-size") + 1] == "1024"
     assert "--use-rollout-routing-replay" in rl and "--use-tis" in rl

@@ -52,7 +52,7 @@ class StagePlan:
     paper: tuple[str, str] = ("", "")
 
 
-def sft_tokenize_command(data: Any, split: str, init_hf: str) -> list[str]:
+def sft_tokenize_command(data: PurePosixPath, split: str, init_hf: str) -> list[str]:
     """GLM ids + loss masks of ``<split>.jsonl`` under the input model's template (``sft_data``)."""
     return [
         "python3",
