@@ -38,6 +38,16 @@ Backend = Callable[..., Generation]
 HOST = "127.0.0.1"
 
 
+def send_json(handler: BaseHTTPRequestHandler, payload: Any, status: int = 200) -> None:
+    """Write ``payload`` as a JSON response with its length (the wire format HTTP JSON clients expect)."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class RequestError(ValueError):
     """A malformed ``/generate`` request (answered with HTTP 400)."""
 
@@ -165,12 +175,7 @@ class GenerateServer:
                 return
 
             def _send(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, payload, status)
 
             def do_GET(self) -> None:  # noqa: N802 - stdlib naming
                 if self.path == "/health":

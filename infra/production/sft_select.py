@@ -19,15 +19,15 @@ model inside its own training loop. Each sequence is scored alone and its logits
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from data_prep.io import MalformedCounter, read_jsonl
+from infra.atomic import atomic_write_json
+from infra.hashing import sha256_file
 from infra.plateau import observe_heldout
 
 SNAPSHOT = re.compile(r"rollout_(\d+)$")
@@ -104,20 +104,6 @@ def load_snapshot(path: Path) -> Any:
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_atomic(path: Path, record: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def select_checkpoint(
     snapshots_dir: Path,
     heldout: Path,
@@ -130,7 +116,7 @@ def select_checkpoint(
     snaps = list_snapshots(snapshots_dir)
     dropped = MalformedCounter()
     rows = read_heldout(heldout, dropped)
-    digest = _sha256(heldout)
+    digest = sha256_file(heldout)
     record: dict[str, Any] = {}
     if output.is_file():
         record = json.loads(output.read_text())
@@ -146,7 +132,7 @@ def select_checkpoint(
             model = load(path)
             losses[str(rid)] = heldout_nll(model, rows, chunk_tokens)
             del model
-            _write_atomic(output, record)
+            atomic_write_json(output, record)
             print(f"rollout_{rid}: held-out loss {losses[str(rid)]:.5f}", flush=True)
         observe_heldout(state, rid, losses[str(rid)], patience)
         if state.get("plateau"):
@@ -161,7 +147,7 @@ def select_checkpoint(
         patience=patience,
         snapshots=[rid for rid, _ in snaps],
     )
-    _write_atomic(output, record)
+    atomic_write_json(output, record)
     return record
 
 
