@@ -34,7 +34,9 @@ from data_prep.teacher import ChatClient
 from data_prep.tiny_tasks.rl_prep import (
     decontaminate,
     drop_heldout_overlap,
+    heldout_benchmarks,
     load_rows,
+    reference_self_check,
     rows_to_jsonl,
     write_stage_heldout,
 )
@@ -243,6 +245,20 @@ def screen_against_evals(
     manifest.set("decontamination", report)
     manifest.step("decontamination", len(rows), dropped=report["removed"])
     return rows
+
+
+def screened_tiny_tasks(
+    tasks: Sequence[Any], heldout: dict[str, Path], manifest: Manifest, step: str, rule: str
+) -> list[Any]:
+    """Screen generated tiny tasks against the held-out sets, then keep those whose reference passes.
+
+    Records the screen (``heldout_overlap``, ``decontamination``) and ``step`` (the reference self-check,
+    described by ``rule``, with the failures by reason).
+    """
+    tasks = screen_against_evals(tasks, heldout, heldout_benchmarks(heldout), manifest)
+    tasks, failures = reference_self_check(tasks)
+    manifest.step(step, len(tasks), rule=rule, dropped_by_reason=failures)
+    return tasks
 
 
 def cap_families(

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from eval.registry import column_for
-from eval.report import Row, RunData, comparison, fmt_delta, fmt_value, stagewise_rows
+from eval.stagewise import Row, RunData, comparison, fmt_delta, fmt_value, stagewise_rows
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }

@@ -3,8 +3,9 @@
 Each entry names the public release (hub id, revision, files, licence), how it is loaded
 (``eval.loaders``), how it is scored in production (an lm-evaluation-harness task, or the benchmark's own
 scorer where lm-eval has none), the number of samples per prompt and the aggregation (avg@4 for most,
-avg@32 for AIME, pass@k at the benchmark's own k), which stages target or guard it, and the embedded
-metric that stands for it at tiny scale. Thinking tags are stripped before every scorer (paper §5.1).
+avg@32 for AIME, pass@k at the benchmark's own k) and the embedded metric that stands for it at tiny
+scale. Thinking tags are stripped before every scorer (paper §5.1). Which stages target or guard a
+benchmark is the stage's own setting (``eval.benchmarks`` in its ``launch.yaml``), not this table's.
 
 Sampling parameters are not given in the paper; each entry uses the response budget of the stage that
 trains for it (Table 16) and the rollout temperature 1.0, and the production renderer lets a run override
@@ -20,6 +21,9 @@ from typing import Literal
 Harness = Literal["lm_eval", "native"]
 
 #: Embedded (tiny-scale) metric names the stages score with ``infra.embedded.evaluate.score_heldout``.
+#: A registry: a stage brings its own with ``data_prep.tiny_tasks.register_metric(..., description=...)``,
+#: which calls :func:`register_embedded_metric` (this module imports nothing of the recipe's, so the
+#: dependency runs data_prep -> eval only).
 EMBEDDED_METRICS: dict[str, str] = {
     "sft_format": "Share of responses that parse in the chat format (balanced think tags, clean end).",
     "math_acc": "Math-Verify accuracy on held-out generated math problems (stands for AIME 25/26).",
@@ -44,7 +48,7 @@ class HubSource:
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One benchmark: source, loader, scorer, sampling, aggregation and its stage roles."""
+    """One benchmark: source, loader, scorer, sampling, aggregation and its embedded stand-in."""
 
     name: str
     title: str
@@ -57,8 +61,6 @@ class Benchmark:
     metrics: tuple[str, ...]
     max_gen_tokens: int
     embedded_metric: str
-    targets: tuple[str, ...] = ()
-    guards: tuple[str, ...] = ()
     lm_eval_task: str | None = None
     lm_eval_metric: str | None = None
     temperature: float = 1.0
@@ -92,7 +94,6 @@ _ENTRIES = (
         metrics=("avg@4",),
         max_gen_tokens=_IF_BUDGET,
         embedded_metric="if_all_constraints",
-        targets=("00_sft", "03_if_rl"),
     ),
     Benchmark(
         name="ifbench",
@@ -112,7 +113,6 @@ _ENTRIES = (
         metrics=("avg@4",),
         max_gen_tokens=_IF_BUDGET,
         embedded_metric="if_all_constraints",
-        targets=("00_sft", "03_if_rl"),
         notes="Same record format as IFEval; 58 out-of-domain constraint types.",
     ),
     Benchmark(
@@ -133,7 +133,6 @@ _ENTRIES = (
         metrics=("avg@4",),
         max_gen_tokens=_IF_BUDGET,
         embedded_metric="if_multiturn_rubrics",
-        targets=("03_if_rl",),
         notes="The owner changed the judge and 54 questions on 2026-02-03 (paper App. D); pin the revision.",
     ),
     Benchmark(
@@ -154,7 +153,6 @@ _ENTRIES = (
         metrics=("avg@4",),
         max_gen_tokens=_IF_BUDGET,
         embedded_metric="if_multiturn_rubrics",
-        targets=("03_if_rl",),
     ),
     Benchmark(
         name="gpqa_diamond",
@@ -170,8 +168,6 @@ _ENTRIES = (
         metrics=("avg@4",),
         max_gen_tokens=_REASONING_BUDGET,
         embedded_metric="science_acc",
-        targets=("00_sft", "01_reasoning_rl"),
-        guards=("03_if_rl",),
     ),
     Benchmark(
         name="aime25",
@@ -187,8 +183,6 @@ _ENTRIES = (
         metrics=("avg@32",),
         max_gen_tokens=_REASONING_BUDGET,
         embedded_metric="math_acc",
-        targets=("00_sft",),
-        guards=("01_reasoning_rl", "03_if_rl"),
     ),
     Benchmark(
         name="aime26",
@@ -204,8 +198,6 @@ _ENTRIES = (
         metrics=("avg@32",),
         max_gen_tokens=_REASONING_BUDGET,
         embedded_metric="math_acc",
-        targets=("00_sft",),
-        guards=("01_reasoning_rl",),
         notes="lm-eval 0.4.x ships no AIME 2026 task; eval.production writes one over the local file.",
     ),
     Benchmark(
@@ -226,7 +218,6 @@ _ENTRIES = (
         metrics=("pass@1", "pass@8"),
         max_gen_tokens=_CODING_BUDGET,
         embedded_metric="code_pass1",
-        targets=("02_coding_rl",),
         notes="Table 8: n=8, pass@1 and pass@8; release_v6 holds 1,055 problems (2023-05..2025-04).",
     ),
 )
@@ -243,12 +234,19 @@ def get_benchmark(name: str) -> Benchmark:
         raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}") from None
 
 
-def for_stage(stage: str) -> dict[str, list[Benchmark]]:
-    """Return {'targets': [...], 'guardrails': [...]} benchmarks of a stage id such as '03_if_rl'."""
-    return {
-        "targets": [b for b in _ENTRIES if stage in b.targets],
-        "guardrails": [b for b in _ENTRIES if stage in b.guards],
-    }
+def register_embedded_metric(name: str, description: str) -> None:
+    """Make embedded metric ``name`` known (``EMBEDDED_METRICS``, ``column_for``, ``for_embedded_metric``).
+
+    Registering the same description again is a no-op; another description under a taken name is an error.
+    """
+    if not name or not isinstance(name, str):
+        raise ValueError(f"embedded metric name must be a non-empty string, got {name!r}")
+    if not description or not isinstance(description, str):
+        raise ValueError(f"embedded metric {name!r}: description must be a non-empty string")
+    known = EMBEDDED_METRICS.get(name)
+    if known is not None and known != description:
+        raise ValueError(f"embedded metric {name!r} is already registered as {known!r}")
+    EMBEDDED_METRICS[name] = description
 
 
 def for_embedded_metric(metric: str) -> list[Benchmark]:

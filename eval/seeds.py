@@ -1,6 +1,6 @@
 """The seed-spread report: how far each stage moved its metrics across N runs of one recipe (N seeds).
 
-``write_seed_report(run_dirs, out)`` reads each run with ``eval.report.load_run`` and writes ``out``
+``write_seed_report(run_dirs, out)`` reads each run with ``eval.stagewise.load_run`` and writes ``out``
 (markdown) and a PNG beside it. One row per stage (pipeline order) and per target or guardrail metric:
 the mean and min–max over seeds of the input score (the checkpoint the stage started from), the output
 score and the change (output − input), as percentages. A run whose stage has no ``eval.json`` (or lacks
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.report import RunData, load_run, scores
+from eval.stagewise import RunData, load_run, scores
 
 #: One-sided significance level of the rise verdict.
 ALPHA = 0.05

@@ -2,7 +2,8 @@
 
 The driver owns the run directory, the manifest, data-prep caching and handoff verification; a backend
 only trains, evaluates and loads checkpoints. Both backends (``embedded``: local CPU/GPU training;
-``production``: slime commands) see the same :class:`StageJob`.
+``production``: slime commands) see the same :class:`StageJob`. This module is the contract only and
+imports neither backend; ``infra.backend_registry.get_backend`` picks the backend of a profile.
 
 Run directory of one stage (``runs/<name>/<stage>/``)::
 
@@ -90,16 +91,3 @@ class Backend(Protocol):
     def check_loads(self, checkpoint: Path) -> None:
         """Raise if the HF folder does not load (config, tokenizer, weights)."""
         ...
-
-
-def get_backend(profile: str) -> Backend:
-    """The backend of a scale profile."""
-    if profile == "embedded":
-        from infra.embedded.backend import EmbeddedBackend
-
-        return EmbeddedBackend()
-    if profile == "production":
-        from infra.production.backend import ProductionBackend
-
-        return ProductionBackend()
-    raise ValueError(f"unknown profile {profile!r}; expected 'embedded' or 'production'")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infra.production.config import ProductionConfig
 
@@ -34,7 +34,9 @@ class PaperResult(StrictModel):
 class PaperRef(StrictModel):
     """Where the stage comes from."""
 
-    source: Literal["rufus-air", "ultramarine", "fireflash"] = Field(description="Which paper.")
+    source: Literal["rufus-air", "ultramarine", "fireflash", "example"] = Field(
+        description="Which paper; 'example' for a stage that illustrates the framework and is in no paper."
+    )
     section: str = Field(description="Section of that paper, e.g. '3.2'.")
     results: list[PaperResult] = Field(default_factory=list, description="Reported before/after numbers.")
 
@@ -144,17 +146,115 @@ class ShapingConfig(StrictModel):
     params: dict[str, float] = Field(default_factory=dict, description="Rule-specific constants.")
 
 
+class EnvironmentConfig(StrictModel):
+    """The environment an RL stage trains in (``infra.environments``): its registered name and options.
+
+    ``single_turn`` (the default) samples one response per prompt row and scores it with the row's
+    registered reward; multi-turn environments (``agent``, or one a stage folder's ``env.py`` registers)
+    own their tools and episode loop. ``options`` are validated by the environment's own ``Options`` model.
+    """
+
+    name: str = Field(default="single_turn", description="Registered environment name.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Environment options (its Options).")
+
+
+class PhaseOverride(StrictModel):
+    """One later RL phase: partial ``rollout``/``policy`` overrides of the phase before it.
+
+    The partial dicts are checked when the stage loads, by :meth:`RLConfig.phase_settings` merging them
+    onto the previous phase's settings (errors name ``rl.phases.<i>.rollout.<key>``).
+    """
+
+    rollout: dict[str, Any] = Field(default_factory=dict, description="Partial RolloutConfig.")
+    policy: dict[str, Any] = Field(default_factory=dict, description="Partial PolicyConfig.")
+
+
+def _relocated(exc: ValidationError, prefix: tuple[str | int, ...]) -> list[Any]:
+    """The errors of ``exc`` with their locations prefixed (so they name the phase key that set them)."""
+    errors: list[Any] = []
+    for err in exc.errors(include_url=False):
+        detail: dict[str, Any] = {"type": err["type"], "loc": (*prefix, *err["loc"]), "input": err["input"]}
+        if "ctx" in err:
+            detail["ctx"] = err["ctx"]
+        errors.append(detail)
+    return errors
+
+
 class RLConfig(StrictModel):
     """Reinforcement-learning settings."""
 
+    environment: EnvironmentConfig = Field(
+        default_factory=EnvironmentConfig, description="Where episodes run (infra.environments)."
+    )
     rollout: RolloutConfig
     policy: PolicyConfig
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
-    phases: list[dict[str, Any]] = Field(
+    phases: list[PhaseOverride] = Field(
         default_factory=list,
         description="Later phases, each a partial `rollout`/`policy` override (Coding RL 64K→128K).",
     )
+
+    def phase_settings(self) -> list[tuple[RolloutConfig, PolicyConfig]]:
+        """The effective (rollout, policy) of each phase: 0 = the stage's own, i = i-1 + ``phases[i-1]``.
+
+        Each phase overrides the previous one's fields; a bad override raises ``ValidationError`` located
+        at ``phases.<i>.rollout.<key>`` / ``phases.<i>.policy.<key>``.
+        """
+        rollout, policy = self.rollout, self.policy
+        out = [(rollout, policy)]
+        for i, ph in enumerate(self.phases):
+            errors: list[Any] = []
+            try:
+                rollout = RolloutConfig.model_validate({**rollout.model_dump(), **ph.rollout})
+            except ValidationError as exc:
+                errors += _relocated(exc, ("phases", i, "rollout"))
+            try:
+                policy = PolicyConfig.model_validate({**policy.model_dump(), **ph.policy})
+            except ValidationError as exc:
+                errors += _relocated(exc, ("phases", i, "policy"))
+            if errors:
+                raise ValidationError.from_exception_data(type(self).__name__, errors)
+            out.append((rollout, policy))
+        return out
+
+    @model_validator(mode="after")
+    def _phases_valid(self) -> RLConfig:
+        self.phase_settings()
+        return self
+
+
+class BenchmarkRoles(StrictModel):
+    """The paper benchmarks (``eval.registry`` names) a stage raises and guards, scored in production.
+
+    Production evaluates the stage's input and output checkpoints on ``targets`` then ``guardrails``
+    (``infra.production.plan.benchmark_eval_steps``); the embedded scale scores ``eval.targets`` /
+    ``eval.guardrails``, which name embedded held-out metrics.
+    """
+
+    targets: list[str] = Field(default_factory=list, description="Benchmarks the stage must raise.")
+    guardrails: list[str] = Field(default_factory=list, description="Benchmarks it must not break.")
+
+    @field_validator("targets", "guardrails")
+    @classmethod
+    def _registered(cls, names: list[str]) -> list[str]:
+        from eval.registry import BENCHMARKS
+
+        unknown = [n for n in names if n not in BENCHMARKS]
+        if unknown:
+            raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(sorted(BENCHMARKS))}")
+        return names
+
+    @model_validator(mode="after")
+    def _one_role_each(self) -> BenchmarkRoles:
+        both = sorted(set(self.targets) & set(self.guardrails))
+        if both:
+            raise ValueError(f"benchmark(s) {both} listed as both targets and guardrails")
+        return self
+
+    def names(self) -> list[str]:
+        """Targets then guardrails, each once, in order."""
+        return list(dict.fromkeys([*self.targets, *self.guardrails]))
 
 
 class EvalConfig(StrictModel):
@@ -162,6 +262,9 @@ class EvalConfig(StrictModel):
 
     targets: list[str] = Field(description="Metrics the stage must raise.")
     guardrails: list[str] = Field(default_factory=list, description="Metrics it must not break.")
+    benchmarks: BenchmarkRoles = Field(
+        default_factory=BenchmarkRoles, description="Paper benchmarks it targets and guards (production)."
+    )
     samples_per_prompt: int = Field(default=1, ge=1, description="Samples per held-out prompt (avg@k).")
     max_response_tokens: int | None = Field(default=None, description="Defaults to the training budget.")
     temperature: float = Field(default=0.0, ge=0, description="0 = greedy.")
@@ -175,7 +278,7 @@ class EmbeddedOverrides(StrictModel):
     rollout: dict[str, Any] = Field(default_factory=dict, description="Partial RolloutConfig.")
     data: dict[str, Any] = Field(default_factory=dict, description="Partial data parameters (counts).")
     eval: dict[str, Any] = Field(default_factory=dict, description="Partial EvalConfig.")
-    phases: list[dict[str, Any]] | None = Field(
+    phases: list[PhaseOverride] | None = Field(
         default=None, description="Resized RL phases (replaces `rl.phases`; keep the same policy values)."
     )
 

@@ -19,7 +19,8 @@ from typing import Any
 from rich.console import Console
 
 from infra.atomic import atomic_write_json, atomic_write_text
-from infra.backends import Backend, StageJob, get_backend
+from infra.backend_registry import get_backend
+from infra.backends import Backend, StageJob
 from infra.handoff import (
     HandoffError,
     export_path,

@@ -9,6 +9,7 @@ line. The result is validated by :class:`infra.config.StageConfig`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from infra.layering import ConfigError, Layered, format_validation_error, load_y
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STAGE_FILES = ("data_prep.py", "reward.py", "launch.yaml", "README.md")
+#: Optional stage files: ``env.py`` registers the stage's own environments (``infra.environments``).
+OPTIONAL_STAGE_FILES = ("env.py",)
 # Where each `embedded` sub-section lands in the stage config.
 _EMBEDDED_TARGETS = {
     "optimizer": "optimizer",
@@ -90,10 +93,29 @@ class ResolvedStage:
     _modules: dict[str, ModuleType] = field(default_factory=dict, repr=False)
 
     def module(self, name: str) -> ModuleType:
-        """Import ``data_prep`` or ``reward`` from the stage folder (folder names start with digits)."""
+        """Import ``data_prep``, ``reward`` or ``env`` from the stage folder (names start with digits)."""
         if name not in self._modules:
-            self._modules[name] = _import_stage_file(self.folder / f"{name}.py", f"{self.id}_{name}")
+            self._modules[name] = import_stage_file(self.folder / f"{name}.py")
         return self._modules[name]
+
+    def code_files(self) -> list[Path]:
+        """The stage's Python files that register rewards and environments (imported before use)."""
+        return [self.folder / f for f in ("reward.py", *OPTIONAL_STAGE_FILES) if (self.folder / f).is_file()]
+
+    def load_plugins(self) -> None:
+        """Import the stage's ``reward.py`` and ``env.py`` (they register rewards and environments)."""
+        for path in self.code_files():
+            self.module(path.stem)
+
+    def environment(self) -> Any:
+        """Build the stage's RL environment (``rl.environment``) with the stage's reward as its default."""
+        from infra.environments import build_environment
+
+        if self.config.rl is None:
+            raise ValueError(f"stage {self.id}: only RL stages have an environment")
+        self.load_plugins()
+        env = self.config.rl.environment
+        return build_environment(env.name, env.options, reward=self.config.reward)
 
 
 @dataclass
@@ -123,6 +145,17 @@ def _import_stage_file(path: Path, tag: str) -> ModuleType:
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def import_stage_file(path: Path) -> ModuleType:
+    """Import one stage file (``data_prep.py``, ``reward.py``, ``env.py``) by path, once per process.
+
+    The module name comes from the folder, the file and its resolved path, so a file is imported once
+    whichever stage id a recipe gives it, and two folders of the same name never share a module.
+    """
+    path = Path(path).resolve()
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:8]
+    return _import_stage_file(path, f"{path.parent.name}_{path.stem}_{digest}")
 
 
 def find_stage_folder(ref: str, recipe_path: Path | None = None) -> Path:
@@ -219,7 +252,13 @@ def resolve_stage(
         resolved=resolved,
         data_params=config.data,
         config_hash=sha256_json({"config": resolved, "profile": profile}),
-        code_hash=sha256_json({f: sha256_file(folder / f) for f in ("data_prep.py", "reward.py")}),
+        code_hash=sha256_json(
+            {
+                f: sha256_file(folder / f)
+                for f in ("data_prep.py", "reward.py", *OPTIONAL_STAGE_FILES)
+                if (folder / f).is_file()
+            }
+        ),
     )
     from rewards import registered_rewards
 
@@ -230,6 +269,8 @@ def resolve_stage(
                 f"{layered.source_of('reward')}: reward: unknown reward {config.reward!r}; "
                 f"registered: {', '.join(registered_rewards())}"
             )
+    if config.rl is not None:
+        _check_environment(stage, layered)
     params_model = getattr(stage.module("data_prep"), "Params", None)
     if params_model is not None:
         try:
@@ -240,6 +281,23 @@ def resolve_stage(
                 "\n".join(line.replace(": ", ": data.", 1) for line in msg.splitlines())
             ) from None
     return stage
+
+
+def _check_environment(stage: ResolvedStage, layered: Layered) -> None:
+    """Validate ``rl.environment`` (name and options) once the stage's ``env.py`` has registered its own."""
+    from infra.environments import environment_options, registered_environments
+
+    env = stage.config.rl.environment
+    stage.load_plugins()
+    if env.name not in registered_environments():
+        raise ConfigError(
+            f"{layered.source_of('rl.environment.name')}: rl.environment.name: unknown environment "
+            f"{env.name!r}; registered: {', '.join(registered_environments())}"
+        )
+    try:
+        environment_options(env.name, env.options)
+    except ValueError as exc:
+        raise ConfigError(f"{layered.source_of('rl.environment.options')}: rl.environment.{exc}") from None
 
 
 def load_recipe(path: Path, sets: list[str] | None = None, profile: str | None = None) -> LoadedRecipe:

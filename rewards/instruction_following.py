@@ -165,7 +165,7 @@ def judge_requirements(requirements: list[str], response: str, prompt: list[dict
     from rubric import Criterion
     from rubric.autograders import OneShotOutput, PerCriterionOneShotGrader
 
-    from data_prep.teacher import ChatClient, TeacherError
+    from infra.endpoints import ChatClient, TeacherError
 
     client = ChatClient(endpoint[0], endpoint[1], api_key=endpoint[2], timeout=120.0)
 

@@ -36,3 +36,48 @@ def test_ray_actors_run_episodes_in_parallel() -> None:
         assert len(server.requests) == 4 * 4  # two user turns x (tool call + answer) per episode
     finally:
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_slime_generate_runs_episodes_in_the_stage_env_actors() -> None:
+    """``rufus_env_actors: 2`` in the hook YAML: slime's generate hook sends episodes to named Ray actors."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from test_agents_slime import SlimeShapedSample
+
+    from infra.production import slime_hooks
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    tok = micro_tokenizer()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
+            host, port = server.url.removeprefix("http://").rsplit(":", 1)
+            args = SimpleNamespace(
+                rufus_stage="calc",
+                rufus_environment={"name": "agent", "options": {"env": "calculator", "ray_actors": 2}},
+                rufus_reward="agent_calculator",
+                agent_env="calculator",
+                rufus_env_actors=2,
+                hf_checkpoint=str(micro_model_dir()),
+                sglang_router_ip=host,
+                sglang_router_port=int(port),
+            )
+            prompts = [f"Compute {a} + 3. Answer as \\boxed{{N}}." for a in (4, 5, 6)]
+            samples = [
+                SlimeShapedSample(index=i, prompt=[{"role": "user", "content": p}], label=a + 3)
+                for i, (p, a) in enumerate(zip(prompts, (4, 5, 6), strict=True))
+            ]
+
+            async def all_samples():  # noqa: ANN202
+                return await asyncio.gather(
+                    *(slime_hooks.generate(args, s, {"temperature": 0.5}) for s in samples)
+                )
+
+            out = asyncio.run(all_samples())
+            names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+        assert [s.reward for s in out] == [1.0, 1.0, 1.0] and all(0 in s.loss_mask for s in out)
+        assert {"rufus-env-calc:calculator-0", "rufus-env-calc:calculator-1"} <= names
+    finally:
+        ray.shutdown()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import StageConfig
+from infra.config import RLConfig, StageConfig
 from infra.layering import ConfigError, load_yaml
 from infra.recipe import REPO_ROOT, load_recipe, resolve_stage
 
@@ -176,3 +176,81 @@ def test_unknown_reward_is_a_config_error(tmp_path: Path):
     rec = _recipe(tmp_path, _base_recipe(["stages/01_reasoning_rl"]))
     with pytest.raises(ConfigError, match=r"--set 01_reasoning_rl.reward: reward: unknown reward 'nope'"):
         load_recipe(rec, sets=["01_reasoning_rl.reward=nope"])
+
+
+def _edit_launch(folder: Path, edit) -> None:
+    path = folder / "launch.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_bad_phase_value_is_rejected_at_load_with_its_dotted_key(tmp_path: Path):
+    dst = _stage_copy(tmp_path, "02_coding_rl")
+    _edit_launch(dst, lambda d: d["rl"]["phases"][0]["rollout"].update(max_response_tokens="lots"))
+    with pytest.raises(
+        ConfigError,
+        match=r"launch.yaml: rl\.phases\.0\.rollout\.max_response_tokens: .*valid integer.*'lots'",
+    ):
+        resolve_stage(dst, "production")
+    # A phase that breaks a rule of the whole section (the batch divisibility) names the phase's section.
+    dst = _stage_copy(tmp_path / "b", "02_coding_rl")
+    _edit_launch(dst, lambda d: d["rl"]["phases"][0]["rollout"].update(steps_per_rollout=3))
+    with pytest.raises(ConfigError, match=r"rl\.phases\.0\.rollout: .*divisible by steps_per_rollout = 3"):
+        resolve_stage(dst, "production")
+
+
+def test_unknown_phase_key_is_rejected_at_load_with_its_dotted_key(tmp_path: Path):
+    dst = _stage_copy(tmp_path, "02_coding_rl")
+    _edit_launch(dst, lambda d: d["rl"]["phases"][0]["policy"].update(kl_coeff=1.0e-6))
+    with pytest.raises(ConfigError, match=r"launch.yaml: rl\.phases\.0\.policy\.kl_coeff: unknown key"):
+        resolve_stage(dst, "production")
+    dst = _stage_copy(tmp_path / "b", "02_coding_rl")
+    _edit_launch(dst, lambda d: d["rl"]["phases"][0].update(shaping={"kind": "none"}))
+    with pytest.raises(ConfigError, match=r"launch.yaml: rl\.phases\.0\.shaping: unknown key"):
+        resolve_stage(dst, "production")
+
+
+def test_phase_settings_are_cumulative():
+    rl = RLConfig.model_validate(
+        {
+            "rollout": {
+                "prompts_per_step": 8,
+                "samples_per_prompt": 4,
+                "max_response_tokens": 16,
+                "num_rollouts": 5,
+            },
+            "policy": {"estimator": "grpo"},
+            "phases": [
+                {"rollout": {"max_response_tokens": 32, "num_rollouts": 2}},
+                {"rollout": {"prompts_per_step": 4}, "policy": {"kl_coef": 0.1}},
+            ],
+        }
+    )
+    (r0, p0), (r1, p1), (r2, p2) = rl.phase_settings()
+    assert (r0, p0) == (rl.rollout, rl.policy)
+    assert (r1.prompts_per_step, r1.max_response_tokens, r1.num_rollouts) == (8, 32, 2)
+    assert p1 == p0
+    # Phase 2 overrides phase 1, not the base: the 32-token budget and 2 rollouts carry over.
+    assert (r2.prompts_per_step, r2.max_response_tokens, r2.num_rollouts) == (4, 32, 2)
+    assert (p2.estimator, p2.kl_coef) == ("grpo", 0.1)
+
+
+def test_embedded_phases_replace_rl_phases(tmp_path: Path):
+    folder = REPO_ROOT / "stages" / "02_coding_rl"
+    prod = resolve_stage(folder, "production").config
+    emb = resolve_stage(folder, "embedded").config
+    assert emb.rl.phases == emb.embedded.phases != prod.rl.phases
+    (_, _), (r1, p1) = emb.rl.phase_settings()
+    # The embedded phase lands on the embedded base sizes (samples_per_prompt comes from embedded.rollout).
+    assert (r1.prompts_per_step, r1.samples_per_prompt) == (2, 16)
+    assert (r1.max_response_tokens, r1.num_rollouts) == (64, 6)
+    assert p1 == prod.rl.phase_settings()[1][1]
+    assert prod.rl.phase_settings()[1][0].max_response_tokens == 131072
+    # A bad value in embedded.phases is named by the layer it came from once it replaces rl.phases.
+    dst = _stage_copy(tmp_path, "02_coding_rl")
+    _edit_launch(dst, lambda d: d["embedded"]["phases"][0]["rollout"].update(num_rollouts="many"))
+    with pytest.raises(
+        ConfigError, match=r"launch.yaml \(embedded.phases\): rl\.phases\.0\.rollout\.num_rollouts: "
+    ):
+        resolve_stage(dst, "embedded")

@@ -6,14 +6,23 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from eval.generate import last_python_block, sample, write_native
 from eval.loaders import LOADERS, load
 from eval.production import EvalCluster, collect_lm_eval, main, render_eval_commands, render_eval_plan
-from eval.registry import BENCHMARKS, EMBEDDED_METRICS, column_for, for_embedded_metric, for_stage
+from eval.registry import BENCHMARKS, EMBEDDED_METRICS, column_for, for_embedded_metric
+from infra.config import BenchmarkRoles
 
 FIX = Path(__file__).parent / "fixtures" / "eval"
 STAGES = ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl"]
+STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
+
+
+def for_stage(stage: str) -> BenchmarkRoles:
+    """The stage's own benchmark roles (``eval.benchmarks`` of its launch.yaml)."""
+    launch = yaml.safe_load((STAGES_DIR / stage / "launch.yaml").read_text(encoding="utf-8"))
+    return BenchmarkRoles.model_validate(launch["eval"].get("benchmarks", {}))
 
 
 def test_registry_covers_the_papers_benchmarks():
@@ -21,17 +30,18 @@ def test_registry_covers_the_papers_benchmarks():
     assert set(BENCHMARKS) == set(expected.split())
     for b in BENCHMARKS.values():
         assert b.loader in LOADERS and b.embedded_metric in EMBEDDED_METRICS and b.strip_thinking
-        assert b.targets or b.guards
         assert (b.lm_eval_task is not None) == (b.harness == "lm_eval")
     assert BENCHMARKS["aime25"].aggregation == "avg@32" and BENCHMARKS["ifeval"].aggregation == "avg@4"
     assert BENCHMARKS["livecodebench_v6"].metrics == ("pass@1", "pass@8")
+    # Every benchmark is some stage's target or guardrail.
+    assert {n for s in STAGES for n in for_stage(s).names()} == set(BENCHMARKS)
 
 
 def test_stage_roles_follow_the_paper():
     rl = for_stage("01_reasoning_rl")
-    assert [b.name for b in rl["targets"]] == ["gpqa_diamond"]
-    assert {b.name for b in rl["guardrails"]} == {"aime25", "aime26"}
-    assert {b.name for b in for_stage("03_if_rl")["targets"]} == {
+    assert rl.targets == ["gpqa_diamond"]
+    assert set(rl.guardrails) == {"aime25", "aime26"}
+    assert set(for_stage("03_if_rl").targets) == {
         "ifeval",
         "ifbench",
         "multichallenge",
@@ -45,8 +55,7 @@ def test_commands_render_for_every_checkpoint(tmp_path):
     cluster = EvalCluster(output_root=tmp_path / "eval", data_root=Path("/bench"))
     ckpts = [Path("runs/tiny/base"), *[Path(f"runs/tiny/{s}/export") for s in STAGES]]
     for ckpt, stage in zip(ckpts, ["00_sft", *STAGES], strict=True):
-        roles = for_stage(stage)
-        names = [b.name for b in roles["targets"] + roles["guardrails"]]
+        names = for_stage(stage).names()
         cmds = render_eval_commands(ckpt, names, cluster)
         assert cmds[0][:3] == ["python", "-m", "sglang.launch_server"] and str(ckpt) in cmds[0]
         assert cmds[1][0] == "curl"

@@ -169,3 +169,27 @@ def test_golden(plans, fmt):
         path.write_text(text)
     assert path.is_file(), f"{path} missing: run with RUFUS_REGEN_GOLDEN=1"
     assert text == path.read_text()
+
+
+def test_multi_turn_environment_renders_generate_hook_and_stage_files():
+    """The calculator example stage (agent environment) wires slime's custom generate; 00–03 do not."""
+    import yaml
+
+    calc = load_recipe(RECIPE.parent / "tiny-calculator.yaml", profile="production")
+    plans = render_plan(calc)
+    assert check_plan(plans) == []
+    *single, agent = plans
+    argv = agent.trains[0].argv
+    i = argv.index("--custom-generate-function-path")
+    assert argv[i + 1] == "infra.production.slime_hooks.generate"
+    hooks = yaml.safe_load(next(v for k, v in agent.files.items() if k.endswith("hooks_phase0.yaml")))
+    assert hooks["rufus_environment"] == {"name": "agent", "options": {"env": "tiny_calculator"}}
+    assert hooks["agent_env"] == "tiny_calculator" and hooks["rufus_env_actors"] == 0
+    repo = ClusterProfile().repo_dir
+    assert hooks["rufus_stage_files"] == [
+        f"{repo}/stages/examples/calculator_agent/reward.py",
+        f"{repo}/stages/examples/calculator_agent/env.py",
+    ]
+    for plan in single:
+        for t in plan.trains:
+            assert "--custom-generate-function-path" not in t.argv

@@ -81,8 +81,8 @@ def test_02_coding_rl_table16_and_section_3_3():
     assert (p.estimator, p.use_tis, p.eps_clip, p.eps_clip_high, p.kl_coef) == ("gspo", True, 2e-3, 3e-3, 0.0)
     assert p.mask_truncated
     (phase,) = s.rl.phases
-    assert phase["rollout"]["prompts_per_step"] == 64 and phase["rollout"]["max_response_tokens"] == 131072
-    assert phase["policy"]["kl_coef"] == 1e-6
+    assert phase.rollout["prompts_per_step"] == 64 and phase.rollout["max_response_tokens"] == 131072
+    assert phase.policy["kl_coef"] == 1e-6
     assert s.data["sources"] == {"evolvecoder": 14743, "nemotron": 9393, "dolci": 3109, "adr": 2160}
     assert sum(s.data["sources"].values()) == 29405
     assert (s.data["max_tests"], s.data["warmup_samples"]) == (50, 4)
@@ -126,6 +126,6 @@ def test_coding_rl_embedded_phases_are_resized_not_reshaped():
     prod = resolve_stage(REPO_ROOT / "stages" / "02_coding_rl", "production").config
     (e_phase,) = emb.rl.phases
     (p_phase,) = prod.rl.phases
-    assert e_phase["policy"] == p_phase["policy"]
-    assert e_phase["rollout"]["max_response_tokens"] > emb.rl.rollout.max_response_tokens
-    assert e_phase["rollout"]["prompts_per_step"] < emb.rl.rollout.prompts_per_step
+    assert e_phase.policy == p_phase.policy
+    assert e_phase.rollout["max_response_tokens"] > emb.rl.rollout.max_response_tokens
+    assert e_phase.rollout["prompts_per_step"] < emb.rl.rollout.prompts_per_step

@@ -5,21 +5,28 @@ generator returns :class:`TinyTask` records with a reference solution; :func:`ge
 :func:`sft_samples` renders tasks as SFT conversations, and :func:`write_heldout` writes the held-out set
 of any embedded metric so every stage that reports e.g. ``math_acc`` scores the very same rows.
 
+The family and metric tables are registries: the built-ins above are a shared library (SFT uses all of
+them, :data:`SHARED_METRICS`), and a stage folder brings its own with :func:`register_family` and
+:func:`register_metric` from its ``data_prep.py`` (or ``env.py``) at import time, without editing this file.
+
 Prompts stay under ~60 tokens and answers under ~40 so a ~1M-parameter model trained for a minute can
 learn them partially, leaving room for RL to raise the score.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from data_prep.io import write_jsonl
 from data_prep.schema import SFTSample
 from data_prep.tiny_tasks import code, instructions, math, puzzles, science
 from data_prep.tiny_tasks.common import TinyTask, rng_for
 
-GENERATORS: dict[str, Callable[..., list[TinyTask]]] = {
+TaskGenerator = Callable[..., list[TinyTask]]
+
+_GENERATORS: dict[str, TaskGenerator] = {
     "math": math.generate,
     "puzzle": puzzles.generate,
     "science": science.generate,
@@ -28,7 +35,7 @@ GENERATORS: dict[str, Callable[..., list[TinyTask]]] = {
     "if_multiturn": instructions.multi_turn,
 }
 # Embedded metric -> the families its held-out set draws from.
-METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
+_METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
     "sft_format": ("math", "puzzle", "science", "code", "if_multi_constraint", "if_multiturn"),
     "math_acc": ("math",),
     "puzzle_acc": ("puzzle",),
@@ -37,6 +44,68 @@ METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
     "if_all_constraints": ("if_multi_constraint",),
     "if_multiturn_rubrics": ("if_multiturn",),
 }
+
+#: Read-only views of the registries (family -> generator, embedded metric -> families).
+GENERATORS: Mapping[str, TaskGenerator] = MappingProxyType(_GENERATORS)
+METRIC_FAMILIES: Mapping[str, tuple[str, ...]] = MappingProxyType(_METRIC_FAMILIES)
+#: The built-in families and metrics, fixed: what SFT screens by default never depends on later stages.
+SHARED_FAMILIES: tuple[str, ...] = tuple(_GENERATORS)
+SHARED_METRICS: tuple[str, ...] = tuple(_METRIC_FAMILIES)
+
+
+def register_family(name: str, fn: TaskGenerator) -> TaskGenerator:
+    """Register tiny task family ``name``: ``fn(n, seed, split) -> list[TinyTask]``, deterministic.
+
+    Registering the same function again is a no-op; another function under a taken name is an error.
+    Returns ``fn``, so a stage may use it as ``register_family("name", generate)`` at import time.
+    """
+    if not name or not isinstance(name, str):
+        raise ValueError(f"tiny task family name must be a non-empty string, got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"tiny task family {name!r}: generator {fn!r} is not callable")
+    known = _GENERATORS.get(name)
+    if known is not None and known is not fn:
+        raise ValueError(
+            f"tiny task family {name!r} is already registered by "
+            f"{getattr(known, '__module__', '?')}.{getattr(known, '__qualname__', known)}"
+        )
+    _GENERATORS[name] = fn
+    return fn
+
+
+def register_metric(metric: str, families: Iterable[str], description: str | None = None) -> None:
+    """Register embedded held-out metric ``metric`` drawing from ``families`` (registered; one name or many).
+
+    Held-out rows are split evenly across ``families`` in order. The metric also becomes an embedded
+    metric of ``eval.registry`` (``EMBEDDED_METRICS``, ``column_for``) with ``description``, or a default
+    one naming its families when the registry does not know it yet. Registering the same families again
+    is a no-op; other families (or another description) under a taken name is an error.
+    """
+    if not metric or not isinstance(metric, str):
+        raise ValueError(f"embedded metric name must be a non-empty string, got {metric!r}")
+    fams = (families,) if isinstance(families, str) else tuple(families)
+    if not fams:
+        raise ValueError(f"embedded metric {metric!r}: no families given")
+    unknown = [f for f in fams if f not in _GENERATORS]
+    if unknown:
+        raise KeyError(
+            f"embedded metric {metric!r}: unknown tiny task families {unknown}; "
+            f"known: {', '.join(_GENERATORS)} (register_family first)"
+        )
+    known = _METRIC_FAMILIES.get(metric)
+    if known is not None and known != fams:
+        raise ValueError(
+            f"embedded metric {metric!r} is already registered with families {known}, not {fams}"
+        )
+    # eval.registry is a leaf module (pure data, no imports from the recipe); importing it here, lazily,
+    # keeps data_prep -> eval the only direction and lets reports read eval.registry without data_prep.
+    from eval.registry import EMBEDDED_METRICS, register_embedded_metric
+
+    if description is not None:
+        register_embedded_metric(metric, description)
+    elif metric not in EMBEDDED_METRICS:
+        register_embedded_metric(metric, f"Held-out tiny tasks of families {', '.join(fams)} (registered).")
+    _METRIC_FAMILIES[metric] = fams
 
 
 def generate(family: str, n: int, seed: int, split: str = "train") -> list[TinyTask]:
@@ -83,9 +152,14 @@ def sft_samples(tasks: list[TinyTask]) -> list[SFTSample]:
 __all__ = [
     "GENERATORS",
     "METRIC_FAMILIES",
+    "SHARED_FAMILIES",
+    "SHARED_METRICS",
+    "TaskGenerator",
     "TinyTask",
     "generate",
     "heldout_tasks",
+    "register_family",
+    "register_metric",
     "sft_samples",
     "write_heldout",
 ]

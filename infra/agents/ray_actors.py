@@ -34,15 +34,20 @@ class EpisodeActor:
         self.endpoint = ModelEndpoint(base_url=base_url, tokenizer=tokenizer, **sampling)
         self.lock = asyncio.Lock()  # one environment instance: its episodes run one after another
 
-    async def run(self, task_json: str, seed: int | None) -> str:
-        """Run the task (``AgentTask`` JSON) and return the ``RolloutResult`` JSON."""
+    async def run(self, task_json: str, seed: int | None, sampling: dict[str, Any] | None = None) -> str:
+        """Run the task (``AgentTask`` JSON) and return the ``RolloutResult`` JSON.
+
+        ``sampling`` overrides the actor's endpoint settings for this episode (e.g. evaluation's
+        temperature, which differs from training's).
+        """
         import dataclasses
 
         from infra.agents.loop import run_episode
 
         task = AgentTask.model_validate_json(task_json)
+        endpoint = dataclasses.replace(self.endpoint, seed=seed, **(sampling or {}))
         async with self.lock:
-            result = await run_episode(self.env, task, dataclasses.replace(self.endpoint, seed=seed))
+            result = await run_episode(self.env, task, endpoint)
         return result.model_dump_json()
 
     def pid(self) -> int:

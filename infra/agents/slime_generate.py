@@ -1,10 +1,12 @@
 """slime custom generate function: run one agent episode and fill the slime ``Sample`` from its result.
 
-Wire it with ``--custom-generate-function-path infra.agents.slime_generate.generate`` and say which
-environment to run with a ``--custom-config-path`` YAML holding ``agent_env: <env spec>`` (slime sets
-every key on ``args``). Per-sample settings come from the data row: ``sample.prompt`` (chat messages or
-a string), ``sample.label`` (ground truth) and ``sample.metadata`` (``limits``, ``user_turns``,
-``tools``, ``task_id``).
+A stage reaches it through its environment: ``rl.environment: {name: agent, options: {env: SPEC}}``
+makes the plan pass ``--custom-generate-function-path infra.production.slime_hooks.generate`` and write
+``agent_env: SPEC`` (and ``rufus_env_actors``) into the ``--custom-config-path`` YAML (slime sets every
+key on ``args``); the hook builds the ``agent`` environment, which calls :func:`generate`. Per-sample
+settings come from the data row (written by ``infra.environments.agent.task_row``): ``sample.prompt``
+(chat messages or a string), ``sample.label`` (ground truth) and ``sample.metadata`` (``limits``,
+``user_turns``, ``tools_enabled``, ``task_id``).
 
 The sample is filled segment by segment with ``Sample.append_response_tokens``: model segments with
 ``trainable=True`` and their rollout logprobs, tool/user/environment segments with ``trainable=False``
@@ -34,23 +36,48 @@ _STATUS = {
 }
 
 
-def task_from_sample(sample: Any, max_new_tokens: int | None = None) -> AgentTask:
-    """Return the :class:`AgentTask` described by a slime sample's prompt, label and metadata."""
-    meta = dict(sample.metadata or {})
-    prompt = sample.prompt
+#: Row metadata keys that describe the episode rather than the task (see :func:`task_row_metadata`).
+_EPISODE_KEYS = ("limits", "user_turns", "tools_enabled")
+
+
+def task_row_metadata(task: AgentTask) -> dict[str, Any]:
+    """Return the row ``metadata`` that carries ``task`` through a prompt row (and slime's ``Sample``)."""
+    return {
+        **task.metadata,
+        "task_id": task.id,
+        "limits": task.limits.model_dump(exclude_defaults=True),
+        "user_turns": list(task.user_turns),
+        "tools_enabled": task.tools,
+    }
+
+
+def task_from_parts(
+    prompt: Any,
+    label: Any,
+    metadata: dict[str, Any] | None,
+    default_id: Any,
+    max_new_tokens: int | None = None,
+) -> AgentTask:
+    """Return the :class:`AgentTask` a prompt row (or slime sample) describes: messages, label, metadata."""
+    meta = dict(metadata or {})
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
     limits = dict(meta.get("limits") or {})
     if max_new_tokens is not None:
         limits.setdefault("max_new_tokens", max_new_tokens)
     return AgentTask(
-        id=str(meta.get("task_id", sample.index)),
+        id=str(meta.get("task_id", default_id)),
         messages=messages,
         tools=meta.get("tools_enabled"),
-        ground_truth=sample.label,
+        ground_truth=label,
         limits=EpisodeLimits(**limits),
         user_turns=list(meta.get("user_turns") or []),
-        metadata={k: v for k, v in meta.items() if k not in ("limits", "user_turns", "tools_enabled")},
+        metadata={k: v for k, v in meta.items() if k not in _EPISODE_KEYS},
     )
+
+
+def task_from_sample(sample: Any, max_new_tokens: int | None = None) -> AgentTask:
+    """Return the :class:`AgentTask` described by a slime sample's prompt, label and metadata."""
+    return task_from_parts(sample.prompt, sample.label, sample.metadata, sample.index, max_new_tokens)
 
 
 def fill_sample(args: Any, sample: Any, result: RolloutResult, tokenizer: Any = None) -> Any:
@@ -92,8 +119,31 @@ def _tokenizer(path: str) -> Any:
     return AutoTokenizer.from_pretrained(path, trust_remote_code=True)
 
 
+_ACTORS: dict[str, list[Any]] = {}
+
+
+def _episode_actors(args: Any, spec: str, base_url: str, sampling: dict[str, Any]) -> list[Any]:
+    """Return the stage's named Ray environment actors (``rufus_env_actors`` of them), creating them once."""
+    from infra.agents.ray_actors import EpisodeActor
+
+    n = int(getattr(args, "rufus_env_actors", 0) or 0)
+    key = f"{getattr(args, 'rufus_stage', 'stage')}:{spec}"
+    if key not in _ACTORS:
+        _ACTORS[key] = [
+            EpisodeActor.options(name=f"rufus-env-{key}-{i}", get_if_exists=True, lifetime="detached").remote(
+                spec, base_url, args.hf_checkpoint, sampling
+            )
+            for i in range(n)
+        ]
+    return _ACTORS[key]
+
+
 async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
-    """slime custom generate: run the episode of ``sample`` on the SGLang router and fill the sample."""
+    """slime custom generate: run the episode of ``sample`` on the SGLang router and fill the sample.
+
+    With ``rufus_env_actors: N`` in the hook YAML the episode runs in one of N named Ray actors (tools and
+    verifiers off slime's rollout process), picked by the sample's index; otherwise it runs here.
+    """
     from infra.agents.envs.base import load_environment
     from infra.agents.loop import ModelEndpoint, run_episode
 
@@ -101,14 +151,20 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     if not spec:
         raise ValueError("slime args have no 'agent_env': set it in the --custom-config-path YAML")
     tokenizer = _tokenizer(args.hf_checkpoint)
-    endpoint = ModelEndpoint(
-        base_url=f"http://{args.sglang_router_ip}:{args.sglang_router_port}",
-        tokenizer=tokenizer,
-        temperature=float(sampling_params.get("temperature", 1.0)),
-        top_p=float(sampling_params.get("top_p", 1.0)),
-        max_retries=60,
-        timeout=None,
-    )
+    base_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+    sampling = {
+        "temperature": float(sampling_params.get("temperature", 1.0)),
+        "top_p": float(sampling_params.get("top_p", 1.0)),
+        "max_retries": 60,
+        "timeout": None,
+    }
     task = task_from_sample(sample, sampling_params.get("max_new_tokens"))
-    result = await run_episode(load_environment(spec), task, endpoint)
+    actors = _episode_actors(args, spec, base_url, sampling) if getattr(args, "rufus_env_actors", 0) else []
+    if actors:
+        actor = actors[int(sample.index or 0) % len(actors)]
+        reply = await actor.run.remote(task.model_dump_json(), None, sampling)
+        result = RolloutResult.model_validate_json(reply)
+    else:
+        endpoint = ModelEndpoint(base_url=base_url, tokenizer=tokenizer, **sampling)
+        result = await run_episode(load_environment(spec), task, endpoint)
     return fill_sample(args, sample, result, tokenizer)

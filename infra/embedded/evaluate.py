@@ -1,9 +1,11 @@
-"""Held-out evaluation with the stage's rewards: generate, score through the reward contract, average.
+"""Held-out evaluation through the environments: roll out, score through the reward contract, average.
 
 :func:`score_heldout` is the reusable piece (the ``eval`` package calls it on any HF folder);
 :func:`evaluate_stage` scores every target and guardrail metric of a stage from
-``data/heldout/<metric>.jsonl``. Scores are pass@1 / avg@k: the mean over prompts of the mean reward over
-``samples_per_prompt`` samples. Aborted samples (infrastructure failures) are left out, never scored 0.
+``data/heldout/<metric>.jsonl``, each file in the environment its rows name (the stage's own for its
+targets, single-turn for rows that name none). Scores are pass@1 / avg@k: the mean over prompts of the
+mean reward over ``samples_per_prompt`` episodes. Aborted episodes (infrastructure failures) are left
+out, never scored 0.
 """
 
 from __future__ import annotations
@@ -16,11 +18,9 @@ import numpy as np
 
 from data_prep.schema import PromptRow
 from infra.backends import StageJob
-from infra.embedded.chat_format import render_prompt_ids, stop_token_ids
-from infra.embedded.generation import generate
 from infra.embedded.models import load_model, load_tokenizer, pick_device
 from infra.embedded.runtime import derive_seed, read_rows, setup_determinism
-from rewards.contract import RewardRequest, get_reward, safe_score
+from infra.environments import SINGLE_TURN, Environment, Policy, Sampling, build_environment
 
 DEFAULT_EVAL_TOKENS = 256
 
@@ -36,41 +36,44 @@ def score_rows(
     max_new_tokens: int = DEFAULT_EVAL_TOKENS,
     seed: int = 0,
     batch_size: int | None = 64,
+    environment: Environment | None = None,
 ) -> tuple[float, dict[str, float]]:
-    """Return (avg@k score, details) of ``model`` on ``rows``; a row's ``metadata.reward`` wins."""
+    """Return (avg@k score, details) of ``model`` on ``rows`` rolled out in ``environment``.
+
+    The environment defaults to ``single_turn``; a row's ``metadata.reward`` wins over ``reward_name``.
+    """
     if not rows:
         raise ValueError("score_rows: no held-out rows to score")
-    prompts = [
-        render_prompt_ids(tokenizer, r.prompt, r.tools) for r in rows for _ in range(samples_per_prompt)
-    ]
-    gens = generate(
-        model,
-        tokenizer,
-        prompts,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        stop_token_ids=stop_token_ids(tokenizer),
-        seed=seed,
-        batch_size=batch_size,
+    env = environment or build_environment(SINGLE_TURN, reward=reward_name)
+    sampling = Sampling(
+        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, batch_size=batch_size
     )
+    groups = env.rollout(Policy(model, tokenizer), rows, samples_per_prompt, sampling)
     per_prompt, aborted, truncated = [], 0, 0
-    for i, row in enumerate(rows):
-        fn = get_reward(row.metadata.get("reward") or reward_name)
+    for group in groups:
         scores = []
-        for g in gens[i * samples_per_prompt : (i + 1) * samples_per_prompt]:
-            body = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
-            text = tokenizer.decode(body, skip_special_tokens=False)
-            req = RewardRequest(prompt=row.prompt, response=text, label=row.label, metadata=row.metadata)
-            result = safe_score(fn, req)
-            truncated += g.truncated
-            if result.aborted:
+        for episode in group.samples:
+            truncated += episode.truncated
+            if episode.reward.aborted:
                 aborted += 1
             else:
-                scores.append(result.score)
+                scores.append(episode.reward.score)
         if scores:
             per_prompt.append(float(np.mean(scores)))
     details = {"prompts": float(len(per_prompt)), "aborted": float(aborted), "truncated": float(truncated)}
     return (float(np.mean(per_prompt)) if per_prompt else 0.0), details
+
+
+def row_environment(row: PromptRow, stage_env: Environment | None, reward: str) -> Environment:
+    """The environment a held-out row is rolled out in: the stage's when the row names it, else the row's own.
+
+    Rows written by an environment's data prep carry ``metadata.environment`` (and its options); rows
+    without one are single-turn.
+    """
+    name = row.metadata.get("environment") or SINGLE_TURN
+    if stage_env is not None and stage_env.name == name:
+        return stage_env
+    return build_environment(name, row.metadata.get("environment_options") or {}, reward=reward)
 
 
 def score_heldout(
@@ -118,6 +121,7 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
     job.stage.module("reward")  # registers the stage's rewards
     metrics = list(dict.fromkeys(cfg.eval.targets + cfg.eval.guardrails))
     missing = [m for m in metrics if not (job.heldout_dir / f"{m}.jsonl").is_file()]
+    # one environment per metric file: the first row decides (a file is written by one environment)
     if missing:
         raise FileNotFoundError(
             f"{job.heldout_dir}: no held-out file for {missing} (expected <metric>.jsonl)"
@@ -125,9 +129,11 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
     setup_determinism(job.seed, job.extra.get("threads"))
     model = load_model(checkpoint, pick_device(job.extra.get("device"))).eval()
     tokenizer = load_tokenizer(checkpoint)
+    stage_env = job.stage.environment() if cfg.rl is not None else None
     out = {}
     for metric in metrics:
         rows = read_rows(job.heldout_dir / f"{metric}.jsonl", PromptRow)
+        env = row_environment(rows[0], stage_env, cfg.reward) if rows else stage_env
         out[metric], _ = score_rows(
             model,
             tokenizer,
@@ -137,5 +143,6 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
             temperature=cfg.eval.temperature,
             max_new_tokens=eval_budget(job),
             seed=derive_seed(job.seed, zlib.crc32(metric.encode())),
+            environment=env,
         )
     return out

@@ -23,20 +23,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import ValidationError
 
 from data_prep.schema import PromptRow
 from infra.backends import StageJob, TrainResult
 from infra.config import PolicyConfig, RLConfig, RolloutConfig
 from infra.embedded import checkpointing as ckpt
-from infra.embedded.chat_format import render_prompt_ids, stop_token_ids
-from infra.embedded.generation import generate
 from infra.embedded.metrics import MetricsLog
 from infra.embedded.models import load_model, load_tokenizer, pick_device
 from infra.embedded.optim import build_optimizer
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
-from infra.embedded.sampling import Group, Sample, collect_groups, group_filter
+from infra.embedded.sampling import Group, collect_groups, group_filter
 from infra.embedded.token_logprobs import build_batch, logprobs_from_logits, response_logits
+from infra.environments import Policy, Sampling
 from infra.objectives import (
     entropy_from_logits,
     group_advantages,
@@ -45,7 +43,7 @@ from infra.objectives import (
     policy_loss,
     shape_group,
 )
-from rewards.contract import RewardRequest, get_reward, safe_score
+from infra.objectives.group_view import advantage_kwargs, shaping_kwargs, view_from_embedded
 
 
 @dataclass
@@ -58,20 +56,9 @@ class Phase:
 
 
 def phase_plan(rl: RLConfig) -> list[Phase]:
-    """Return one :class:`Phase` per rollout step; each phase overrides the previous one's fields."""
-    rollout, policy = rl.rollout, rl.policy
-    plan = [Phase(0, rollout, policy)] * rollout.num_rollouts
-    for i, override in enumerate(rl.phases, start=1):
-        unknown = sorted(set(override) - {"rollout", "policy"})
-        if unknown:
-            raise ValueError(
-                f"rl.phases[{i - 1}]: unknown keys {unknown}; a phase overrides `rollout` and `policy`"
-            )
-        try:
-            rollout = RolloutConfig.model_validate({**rollout.model_dump(), **override.get("rollout", {})})
-            policy = PolicyConfig.model_validate({**policy.model_dump(), **override.get("policy", {})})
-        except ValidationError as exc:
-            raise ValueError(f"rl.phases[{i - 1}]: {exc}") from None
+    """Return one :class:`Phase` per rollout step, from :meth:`RLConfig.phase_settings` (cumulative)."""
+    plan: list[Phase] = []
+    for i, (rollout, policy) in enumerate(rl.phase_settings()):
         plan += [Phase(i, rollout, policy)] * rollout.num_rollouts
     return plan
 
@@ -111,34 +98,22 @@ class PromptCursor:
         self._order = self._perm()
 
 
-def _shaping_kwargs(kind: str, group: Group, coef: float, params: dict[str, float], max_len: int) -> dict:
-    lengths = [len(s.token_ids) for s in group.samples]
-    table = {
-        "none": lambda: {},
-        "shortest_correct_length": lambda: {
-            "lengths": lengths,
-            "correct": [s.reward.passed for s in group.samples],
-            "max_len": max_len,
-            "coef": coef,
-        },
-        "positive_length": lambda: {"lengths": lengths, "max_len": max_len, "coef": coef, **params},
-        "ultramarine": lambda: {
-            "output_tokens": lengths,
-            "turns": [int(s.reward.details.get("turns", 1)) for s in group.samples],
-            "invalid_tool_calls": [int(s.reward.details.get("invalid_tool_calls", 0)) for s in group.samples],
-            "params": params,
-        },
-    }
-    return table[kind]()
+def group_advantage_values(group: Group, rl: RLConfig, phase: Phase) -> tuple[list[float], list[float]]:
+    """Return ``(shaped_rewards, advantages)`` of one group: the stage's shaping, then the phase's estimator.
+
+    The per-sample facts (correct, lengths, turns, ...) come from :mod:`infra.objectives.group_view`, the
+    same definitions slime's ``post_process_rewards`` hook uses.
+    """
+    sh, kind = rl.shaping, phase.policy.advantage
+    view = view_from_embedded(group.samples, phase.rollout.max_response_tokens)
+    shaped = shape_group(sh.kind, view.scores, **shaping_kwargs(sh.kind, view, sh.coef, sh.params))
+    adv = group_advantages(kind, torch.tensor(shaped), **advantage_kwargs(kind, view))
+    return shaped, adv.tolist()
 
 
-def _advantage_kwargs(kind: str, group: Group) -> dict:
-    if kind != "fireflash":
-        return {}
-    return {
-        "solved": [s.reward.passed for s in group.samples],
-        "num_tokens": [len(s.token_ids) for s in group.samples],
-    }
+def _trained(item: tuple) -> int:
+    """Tokens of a batch item that its loss covers (model-sampled ones)."""
+    return len(item[1]) if item[5] is None else sum(item[5])
 
 
 class RLTrainer:
@@ -160,46 +135,22 @@ class RLTrainer:
             self.ref = load_model(job.init_checkpoint, self.device).eval().requires_grad_(False)
         total_opt = sum(p.rollout.steps_per_rollout for p in self.plan)
         self.opt, self.sched = build_optimizer(self.model, self.cfg.optimizer, total_opt)
+        self.env = job.stage.environment()
         self.cursor = PromptCursor(read_rows(job.data_dir / "train.jsonl", PromptRow), job.seed)
-        self.stops = stop_token_ids(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id
-        self._prompt_cache: dict[str, list[int]] = {}
 
     # ---- rollout -------------------------------------------------------------------------------
-    def _prompt_ids(self, row: PromptRow) -> list[int]:
-        if row.id not in self._prompt_cache:
-            self._prompt_cache[row.id] = render_prompt_ids(self.tokenizer, row.prompt, row.tools)
-        return self._prompt_cache[row.id]
-
-    def _score(self, row: PromptRow, text: str) -> Any:
-        name = row.metadata.get("reward") or self.cfg.reward
-        request = RewardRequest(prompt=row.prompt, response=text, label=row.label, metadata=row.metadata)
-        return safe_score(get_reward(name), request)
-
     def rollout(self, rows: list[PromptRow], rc: RolloutConfig, seed: int) -> list[Group]:
-        """Return one group of ``rc.samples_per_prompt`` scored samples per row."""
-        n = rc.samples_per_prompt
-        prompts = [self._prompt_ids(r) for r in rows for _ in range(n)]
-        gens = generate(
-            self.model,
-            self.tokenizer,
-            prompts,
+        """Return one group of ``rc.samples_per_prompt`` scored episodes per row, from the environment."""
+        sampling = Sampling(
             max_new_tokens=rc.max_response_tokens,
             temperature=rc.temperature,
             top_p=rc.top_p,
-            stop_token_ids=self.stops,
             seed=seed,
             batch_size=self.job.extra.get("rollout_batch_size"),
+            max_context_tokens=rc.max_context_tokens,
         )
-        groups = []
-        for gi, row in enumerate(rows):
-            samples = []
-            for g in gens[gi * n : (gi + 1) * n]:
-                body = g.token_ids[:-1] if g.finish_reason == "stop" else g.token_ids
-                text = self.tokenizer.decode(body, skip_special_tokens=False)
-                samples.append(Sample(g.token_ids, g.logprobs, g.finish_reason, self._score(row, text), text))
-            groups.append(Group(row, prompts[gi * n], samples))
-        return groups
+        return self.env.rollout(Policy(self.model, self.tokenizer), rows, rc.samples_per_prompt, sampling)
 
     # ---- update --------------------------------------------------------------------------------
     def _no_grad_logprobs(self, model: torch.nn.Module, items: list, temperature: float) -> list[list[float]]:
@@ -225,16 +176,14 @@ class RLTrainer:
 
     def update(self, groups: list[Group], phase: Phase) -> dict[str, float]:
         """Run ``steps_per_rollout`` optimizer mini-steps on ``groups``; return averaged loss metrics."""
-        rc, pc, sh = phase.rollout, phase.policy, self.cfg.rl.shaping
-        items = []  # (prompt_ids, response_ids, rollout_logprobs, advantage, truncated)
+        rc, pc = phase.rollout, phase.policy
+        items = []  # (prompt_ids, response_ids, rollout_logprobs, advantage, truncated, loss_mask | None)
         shaped_all = []
         for g in groups:
-            kw = _shaping_kwargs(sh.kind, g, sh.coef, sh.params, rc.max_response_tokens)
-            shaped = shape_group(sh.kind, g.scores, **kw)
-            adv = group_advantages(pc.advantage, torch.tensor(shaped), **_advantage_kwargs(pc.advantage, g))
+            shaped, adv = group_advantage_values(g, self.cfg.rl, phase)
             shaped_all += shaped
-            for s, a in zip(g.samples, adv.tolist(), strict=False):
-                items.append((g.prompt_ids, s.token_ids, s.logprobs, a, s.truncated))
+            for s, a in zip(g.samples, adv, strict=False):
+                items.append((g.prompt_ids, s.token_ids, s.logprobs, a, s.truncated, s.loss_mask))
         if pc.use_tis:
             old_all = self._no_grad_logprobs(self.model, items, rc.temperature)
         else:
@@ -243,11 +192,11 @@ class RLTrainer:
         sums: dict[str, float] = {}
         chunks = [c.tolist() for c in np.array_split(np.arange(len(items)), rc.steps_per_rollout) if len(c)]
         for chunk in chunks:
-            total_tokens = sum(len(items[i][1]) for i in chunk)
+            total_tokens = sum(_trained(items[i]) for i in chunk)
             for mb in self._micro_batches(chunk):
                 weight = len(mb) / len(chunk)
                 if pc.loss_reduction == "token":
-                    weight = sum(len(items[i][1]) for i in mb) / max(total_tokens, 1)
+                    weight = sum(_trained(items[i]) for i in mb) / max(total_tokens, 1)
                 metrics = self._micro_step(items, mb, old_all, ref_all, phase, weight)
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v * weight / len(chunks)
@@ -260,12 +209,21 @@ class RLTrainer:
         sums["advantage_abs_mean"] = float(np.mean([abs(it[3]) for it in items])) if items else 0.0
         return sums
 
+    def _loss_mask(self, response_mask: torch.Tensor, masks: list[list[int] | None]) -> torch.Tensor:
+        """Zero the positions of environment tokens (tool results, user turns) in the response mask."""
+        if all(m is None for m in masks):
+            return response_mask
+        rows = [m if m is not None else [1] * response_mask.shape[1] for m in masks]
+        width = response_mask.shape[1]
+        env = torch.tensor([(r + [0] * width)[:width] for r in rows], device=self.device)
+        return response_mask * env.to(response_mask.dtype)
+
     def _micro_step(self, items, mb, old_all, ref_all, phase: Phase, weight: float) -> dict[str, float]:
         pc, temp = phase.policy, phase.rollout.temperature
         batch = build_batch([items[i][0] for i in mb], [items[i][1] for i in mb], self.pad_id, self.device)
         logits = response_logits(self.model, batch, temp)
         logprobs = logprobs_from_logits(logits, batch.response_ids)
-        mask = batch.response_mask
+        mask = response_mask = self._loss_mask(batch.response_mask, [items[i][5] for i in mb])
         if pc.mask_truncated:
             mask = mask_truncated(mask, torch.tensor([items[i][4] for i in mb], device=self.device))
         old = self._pad([old_all[i] for i in mb])
@@ -290,7 +248,7 @@ class RLTrainer:
             loss = loss - pc.entropy_coef * entropy
         else:
             with torch.no_grad():
-                entropy = entropy_from_logits(logits.detach(), batch.response_mask)
+                entropy = entropy_from_logits(logits.detach(), response_mask)
         metrics["entropy"] = float(entropy.detach())
         if ref_all is not None:
             kl = kl_k3(logprobs, self._pad([ref_all[i] for i in mb]), mask)
@@ -323,6 +281,7 @@ class RLTrainer:
             reward_mean=float(np.mean([s.reward.score for s in samples])) if samples else 0.0,
             pass_rate=float(np.mean([s.reward.passed for s in samples])) if samples else 0.0,
             response_length_mean=float(np.mean([len(s.token_ids) for s in samples])) if samples else 0.0,
+            turns_mean=float(np.mean([s.metrics.get("turns", 1) for s in samples])) if samples else 0.0,
             truncation_ratio=float(np.mean([s.truncated for s in samples])) if samples else 0.0,
             samples=len(samples),
             failures=sum(s.reward.failure is not None for s in samples),

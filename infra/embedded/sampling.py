@@ -15,39 +15,11 @@ from functools import partial
 from typing import Any
 
 from infra.config import DynamicSamplingConfig
+from infra.environments.base import Episode, Group
 from infra.objectives import band_keep, nonzero_std_keep, remove_aborted
-from rewards.contract import RewardResult
 
-
-@dataclass
-class Sample:
-    """One response of a group: tokens, rollout logprobs, finish reason and its reward."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    reward: RewardResult
-    text: str = ""
-
-    @property
-    def truncated(self) -> bool:
-        """True when the length budget ended the response."""
-        return self.finish_reason == "length"
-
-
-@dataclass
-class Group:
-    """The samples of one prompt (aborted samples already removed by :func:`collect_groups`)."""
-
-    row: Any
-    prompt_ids: list[int]
-    samples: list[Sample]
-    aborted: int = 0
-
-    @property
-    def scores(self) -> list[float]:
-        """Raw reward scores of the samples."""
-        return [s.reward.score for s in self.samples]
+#: One scored response (or multi-turn episode) of a group; the environment contract's :class:`Episode`.
+Sample = Episode
 
 
 @dataclass

@@ -73,7 +73,3 @@ class ProductionConfig(_Strict):
     lr_decay_iters: int | None = Field(
         default=None, description="Optimizer steps a cosine schedule decays over (SFT: steps/epoch × epochs)."
     )
-    agent_generate: str | None = Field(
-        default=None,
-        description="Dotted path of the agent generate function (infra.agents) for agent stages.",
-    )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from infra.config import BenchmarkRoles
 from infra.production import chain, launch
 from infra.production.cluster import ClusterProfile
 from infra.production.render import TrainArgs, num_phases, render_train_args
@@ -85,7 +86,13 @@ def sft_select_command(stage_id: str, config: Any, cluster: ClusterProfile, sele
 
 
 def render_stage(
-    stage_id: str, config: Any, init_hf: str, cluster: ClusterProfile, run_name: str, seed: int
+    stage_id: str,
+    config: Any,
+    init_hf: str,
+    cluster: ClusterProfile,
+    run_name: str,
+    seed: int,
+    stage_files: tuple[str, ...] = (),
 ) -> StagePlan:
     """Render one stage: data/FP8 preparation, one train job per phase, export and handoff verification."""
     prod = config.production
@@ -115,7 +122,16 @@ def render_stage(
         steps.append(Step("ray_worker", launch.ray_worker(cluster), where=f"nodes 1..{prod.nodes - 1}"))
     trains, files, rayjobs = [], {}, {}
     for phase in range(num_phases(config)):
-        t = render_train_args(stage_id, config, cluster, init_hf, run_name=run_name, seed=seed, phase=phase)
+        t = render_train_args(
+            stage_id,
+            config,
+            cluster,
+            init_hf,
+            run_name=run_name,
+            seed=seed,
+            phase=phase,
+            stage_files=stage_files,
+        )
         if not cluster.native_hf_load:
             i = t.sections["CKPT_ARGS"].index("--ref-load")
             t.sections["CKPT_ARGS"][i + 1] = str(cluster.stage_ckpt(stage_id) / "input_torch_dist")
@@ -134,7 +150,7 @@ def render_stage(
     exports = chain.export_commands(stage_id, init_hf, cluster, num_phases(config) - 1, selection)
     for i, argv in enumerate(exports):
         steps.append(Step(["export_hf", "verify_handoff"][i], argv))
-    steps += benchmark_eval_steps(stage_id, init_hf, cluster.hf_export(stage_id))
+    steps += benchmark_eval_steps(config.eval.benchmarks, init_hf, cluster.hf_export(stage_id))
     return StagePlan(
         stage_id,
         config.kind,
@@ -150,18 +166,17 @@ def render_stage(
     )
 
 
-def benchmark_eval_steps(stage_id: str, init_hf: str, export_hf: str) -> list[Step]:
+def benchmark_eval_steps(benchmarks: BenchmarkRoles, init_hf: str, export_hf: str) -> list[Step]:
     """Serve and score the stage's input and output checkpoints on its paper benchmarks (Table 2 rows).
 
-    The benchmarks are the stage's targets and guardrails in ``eval.registry``; the commands come from
-    ``eval.production`` (SGLang server in the background, lm-evaluation-harness or the benchmark's own
-    scorer, then collection), run on one eval node after the export is verified.
+    The benchmarks are the stage's own ``eval.benchmarks`` (targets, then guardrails; names of
+    ``eval.registry``); the commands come from ``eval.production`` (SGLang server in the background,
+    lm-evaluation-harness or the benchmark's own scorer, then collection), run on one eval node after the
+    export is verified.
     """
     from eval.production import render_eval_plan
-    from eval.registry import for_stage
 
-    roles = for_stage(stage_id)
-    names = list(dict.fromkeys(b.name for b in roles["targets"] + roles["guardrails"]))
+    names = benchmarks.names()
     if not names:
         return []
     steps: list[Step] = []
@@ -172,13 +187,32 @@ def benchmark_eval_steps(stage_id: str, init_hf: str, export_hf: str) -> list[St
     return steps
 
 
+def cluster_stage_files(stage: Any, cluster: ClusterProfile) -> tuple[str, ...]:
+    """The stage's ``reward.py``/``env.py`` as the cluster sees them (the repository at ``repo_dir``).
+
+    A stage folder outside this repository keeps its absolute path: it must exist there on the image.
+    """
+    from infra.recipe import REPO_ROOT
+
+    out = []
+    for path in stage.code_files():
+        try:
+            out.append(f"{cluster.repo_dir}/{path.resolve().relative_to(REPO_ROOT).as_posix()}")
+        except ValueError:
+            out.append(str(path.resolve()))
+    return tuple(out)
+
+
 def render_plan(loaded: LoadedRecipe, cluster: ClusterProfile | None = None) -> list[StagePlan]:
     """Render every stage of a loaded recipe, chained through HF exports."""
     cluster = cluster or ClusterProfile()
     init = cluster.base_hf(loaded.recipe.base.model)
     plans = []
     for st in loaded.stages:
-        plans.append(render_stage(st.id, st.config, init, cluster, loaded.recipe.name, loaded.recipe.seed))
+        files = cluster_stage_files(st, cluster)
+        plans.append(
+            render_stage(st.id, st.config, init, cluster, loaded.recipe.name, loaded.recipe.seed, files)
+        )
         init = plans[-1].export_hf
     return plans
 

@@ -164,14 +164,13 @@ def _sft_data(stage_id: str, config: StageConfig, cluster: ClusterProfile) -> li
 
 
 def _phase_rollout(config: StageConfig, phase: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The rollout and policy settings of one phase (phase 0 = the stage's own, later = overrides applied)."""
+    """The rollout and policy settings of one phase (phase 0 = the stage's own, later = overrides applied).
+
+    Dumped from :meth:`infra.config.RLConfig.phase_settings`, the validated settings both backends use.
+    """
     assert config.rl is not None
-    rollout = config.rl.rollout.model_dump()
-    policy = config.rl.policy.model_dump()
-    for ph in config.rl.phases[:phase]:
-        rollout.update(ph.get("rollout", {}))
-        policy.update(ph.get("policy", {}))
-    return rollout, policy
+    rollout, policy = config.rl.phase_settings()[phase]
+    return rollout.model_dump(), policy.model_dump()
 
 
 def _rl_rollout(stage_id: str, config: StageConfig, cluster: ClusterProfile, phase: int) -> list[str]:
@@ -184,7 +183,7 @@ def _rl_rollout(stage_id: str, config: StageConfig, cluster: ClusterProfile, pha
     out += ["--custom-rm-path", f"{HOOKS}.reward"]
     out += ["--custom-reward-post-process-path", f"{HOOKS}.post_process_rewards"]
     out += ["--custom-config-path", str(cluster.launch_dir(stage_id) / f"hooks_phase{phase}.yaml")]
-    if prod.agent_generate:
+    if stage_environment(config).multi_turn:
         out += ["--custom-generate-function-path", f"{HOOKS}.generate"]
     start = sum(int(_phase_rollout(config, k)[0]["num_rollouts"]) for k in range(phase))
     if phase:
@@ -245,8 +244,24 @@ def _rl_algorithm(config: StageConfig, prod_r3: bool, phase: int) -> list[str]:
     return out
 
 
-def hook_settings(stage_id: str, config: StageConfig, phase: int = 0) -> dict[str, Any]:
-    """The ``--custom-config-path`` YAML content: stage settings the slime hooks read as ``args.rufus_*``."""
+def stage_environment(config: StageConfig) -> Any:
+    """The stage's RL environment (``rl.environment``), built as the slime hooks will build it."""
+    from infra.environments import build_environment
+
+    assert config.rl is not None
+    env = config.rl.environment
+    return build_environment(env.name, env.options, reward=config.reward)
+
+
+def hook_settings(
+    stage_id: str, config: StageConfig, phase: int = 0, stage_files: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The ``--custom-config-path`` YAML content: stage settings the slime hooks read as ``args.rufus_*``.
+
+    ``rufus_environment`` names the stage's environment (multi-turn ones add their own keys, e.g.
+    ``agent_env``); ``rufus_stage_files`` are the stage folder's ``reward.py``/``env.py`` on the cluster,
+    imported by the hooks first so stage-local rewards and environments are registered there too.
+    """
     assert config.rl is not None
     _, po = _phase_rollout(config, phase)
     out: dict[str, Any] = {
@@ -263,8 +278,10 @@ def hook_settings(stage_id: str, config: StageConfig, phase: int = 0) -> dict[st
         out["rufus_min_attempt_tokens"] = po["min_attempt_tokens"]
     if config.rl.dynamic_sampling.band is not None:
         out["rufus_band"] = list(config.rl.dynamic_sampling.band)
-    if config.production.agent_generate:
-        out["rufus_generate"] = config.production.agent_generate
+    out["rufus_environment"] = config.rl.environment.model_dump()
+    out.update(stage_environment(config).slime_settings())
+    if stage_files:
+        out["rufus_stage_files"] = list(stage_files)
     return out
 
 
@@ -353,6 +370,7 @@ def render_train_args(
     run_name: str = "rufus-air",
     seed: int = 0,
     phase: int = 0,
+    stage_files: tuple[str, ...] = (),
 ) -> TrainArgs:
     """Return the grouped ``train.py`` arguments of one stage phase, reading from ``init_hf``."""
     entry = "train_async.py" if config.production.async_training else "train.py"
@@ -366,7 +384,8 @@ def render_train_args(
         import yaml
 
         path = str(cluster.launch_dir(stage_id) / f"hooks_phase{phase}.yaml")
-        files = {path: yaml.safe_dump(hook_settings(stage_id, config, phase), sort_keys=True)}
+        settings = hook_settings(stage_id, config, phase, stage_files)
+        files = {path: yaml.safe_dump(settings, sort_keys=True)}
     sections = {
         "MODEL_ARGS": _model(config),
         "PLACEMENT_ARGS": _placement(config),

@@ -5,12 +5,15 @@
   (``RewardResult.aborted``) sets ``sample.status = Sample.Status.ABORTED`` and returns ``None``; it is
   never scored 0.
 * ``infra.production.slime_hooks.post_process_rewards`` — ``--custom-reward-post-process-path``: drops
-  aborted samples from their group, applies the stage's group-aware shaping (``infra.objectives``),
-  computes the stage's advantages and zeroes the loss of truncated samples when the stage asks for it.
+  aborted samples from their group, applies the stage's group-aware shaping (``infra.objectives``, with
+  the per-sample facts of ``infra.objectives.group_view``, shared with the embedded trainer), computes
+  the stage's advantages and zeroes the loss of truncated samples when the stage asks for it.
 * ``infra.production.slime_hooks.band_filter`` — ``--dynamic-sampling-filter-path``: keeps groups whose
   mean reward lies in the stage's band (RA §3.2: (0, 0.8]).
 * ``infra.production.slime_hooks.fireflash_loss`` — ``--custom-loss-function-path`` for FireFlash.
-* ``infra.production.slime_hooks.generate`` — ``--custom-generate-function-path`` slot for agent stages.
+* ``infra.production.slime_hooks.generate`` — ``--custom-generate-function-path`` for stages whose
+  environment is multi-turn (``rl.environment``, see ``infra.environments``): the environment runs the
+  episode (the ``agent`` one: the Strands loop against the SGLang router, optionally in Ray actors).
 
 Stage settings reach the hooks through the ``--custom-config-path`` YAML that the renderer writes: slime
 sets each top-level key as an attribute of ``args`` (keys ``rufus_*``). slime types are imported lazily
@@ -20,10 +23,11 @@ so the module imports (and is tested) without slime installed.
 from __future__ import annotations
 
 import asyncio
-import importlib
+from pathlib import Path
 from typing import Any
 
 from infra.objectives import band_keep, group_advantages, shape_group
+from infra.objectives.group_view import advantage_kwargs, shaping_kwargs, view_from_slime
 from rewards.contract import RewardRequest, get_reward, safe_score
 
 
@@ -64,6 +68,7 @@ def _request(sample: Any) -> RewardRequest:
 
 def score_sample(args: Any, sample: Any) -> float | None:
     """Score one sample with the shared contract; mark it ABORTED and return None on an infra failure."""
+    load_stage_files(args)
     result = safe_score(get_reward(_reward_name(args, sample)), _request(sample))
     sample.metadata = dict(sample.metadata or {})
     sample.metadata["reward_components"] = dict(result.components)
@@ -99,40 +104,6 @@ def _reward_value(args: Any, sample: Any) -> float:
     return float(value)
 
 
-def _shaping_kwargs(
-    kind: str, args: Any, samples: list[Any], rewards: list[float], coef: float, params: dict[str, float]
-) -> dict[str, Any]:
-    """Keyword arguments of ``shape_group(kind, ...)`` gathered from the kept samples of one group."""
-    lengths = [int(s.response_length) for s in samples]
-    max_len = int(getattr(args, "rollout_max_response_len", 0) or max(lengths + [1]))
-    per_kind = {
-        "none": lambda: {},
-        "shortest_correct_length": lambda: {
-            "lengths": lengths,
-            "correct": [r > 0 for r in rewards],
-            "max_len": max_len,
-            "coef": coef,
-        },
-        "positive_length": lambda: {"lengths": lengths, "max_len": max_len, "coef": coef},
-        "ultramarine": lambda: {
-            "output_tokens": [sum(s.loss_mask) if s.loss_mask else s.response_length for s in samples],
-            "turns": [int((s.metadata or {}).get("turns", 1)) for s in samples],
-            "invalid_tool_calls": [int((s.metadata or {}).get("invalid_tool_calls", 0)) for s in samples],
-            "params": params,
-        },
-    }
-    if kind not in per_kind:
-        raise ValueError(f"unknown shaping kind {kind!r}; expected one of {sorted(per_kind)}")
-    return per_kind[kind]()
-
-
-def _advantage_kwargs(kind: str, samples: list[Any], rewards: list[float]) -> dict[str, Any]:
-    if kind != "fireflash":
-        return {}
-    solved = [bool((s.metadata or {}).get("solved", r >= 1.0)) for s, r in zip(samples, rewards, strict=True)]
-    return {"solved": solved, "num_tokens": [int(s.response_length) for s in samples]}
-
-
 def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[float], list[float]]:
     """slime ``--custom-reward-post-process-path`` hook: return ``(raw_rewards, advantages)`` per sample.
 
@@ -161,8 +132,9 @@ def post_process_rewards(args: Any, samples: list[Any]) -> tuple[list[float], li
         raw = [_reward_value(args, s) for s in kept]
         adv_by_idx: dict[int, float] = {}
         if kept:
-            shaped = shape_group(kind, raw, **_shaping_kwargs(kind, args, kept, raw, coef, params))
-            adv = group_advantages(adv_kind, shaped, **_advantage_kwargs(adv_kind, kept, raw))
+            view = view_from_slime(args, kept, raw)
+            shaped = shape_group(kind, view.scores, **shaping_kwargs(kind, view, coef, params))
+            adv = group_advantages(adv_kind, shaped, **advantage_kwargs(adv_kind, view))
             adv_by_idx = dict(zip(kept_idx, (float(a) for a in adv.tolist()), strict=True))
         fill = sum(raw) / len(raw) if raw else 0.0
         raw_by_idx = dict(zip(kept_idx, raw, strict=True))
@@ -198,20 +170,40 @@ def band_filter(args: Any, samples: list[Any], **kwargs: Any) -> Any:
     return DynamicFilterOutput(keep=keep, reason=reason)
 
 
-async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
-    """slime ``--custom-generate-function-path`` slot: delegate to the agent rollout named in the config.
+def load_stage_files(args: Any) -> None:
+    """Import the stage folder's ``reward.py``/``env.py`` listed in ``rufus_stage_files`` (once per process).
 
-    Agent stages set ``rufus_generate`` (a dotted path into ``infra.agents``) in the hook YAML; this keeps
-    one stable path on the command line while the agent implementation lives with the agent code.
+    They register the stage's own rewards and environments, which the hooks then look up by name.
     """
-    target = getattr(args, "rufus_generate", None)
-    if not target:
+    from infra.recipe import import_stage_file
+
+    for path in getattr(args, "rufus_stage_files", None) or []:
+        import_stage_file(Path(path))
+
+
+def environment_from_args(args: Any) -> Any:
+    """Build the stage's environment from ``rufus_environment`` (``single_turn`` when absent)."""
+    from infra.environments import SINGLE_TURN, build_environment
+
+    load_stage_files(args)
+    spec = dict(getattr(args, "rufus_environment", None) or {"name": SINGLE_TURN})
+    return build_environment(
+        spec["name"], spec.get("options") or {}, reward=getattr(args, "rufus_reward", None)
+    )
+
+
+async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
+    """slime ``--custom-generate-function-path`` hook: run the sample's episode in the stage's environment.
+
+    The renderer wires it only for multi-turn environments (``rl.environment`` in the stage's
+    ``launch.yaml``); single-turn stages use slime's own generate.
+    """
+    env = environment_from_args(args)
+    if not env.multi_turn:
         raise ValueError(
-            "rufus_generate is not set in --custom-config-path; no agent generate function to call"
+            f"environment {env.name!r} is single-turn: slime's own generate serves it, not this hook"
         )
-    module, _, attr = str(target).rpartition(".")
-    fn = getattr(importlib.import_module(module), attr)
-    return await fn(args, sample, sampling_params, evaluation=evaluation)
+    return await env.slime_generate(args, sample, sampling_params, evaluation=evaluation)
 
 
 def fireflash_loss(args: Any, batch: dict[str, Any], logits: Any, sum_of_sample_mean: Any) -> Any:

@@ -39,7 +39,7 @@ from data_prep.mixture import MixtureAccumulator
 from data_prep.schema import SFTSample
 from data_prep.sft_mix import build_sft_mix
 from data_prep.sources import SFT_SOURCES, SOURCES_BY_NAME, SourceSpec, get_source, local_source
-from data_prep.tiny_tasks import METRIC_FAMILIES, heldout_tasks
+from data_prep.tiny_tasks import METRIC_FAMILIES, SHARED_METRICS, heldout_tasks
 from data_prep.tiny_tasks.rl_prep import prompt_text, write_stage_heldout
 from data_prep.tiny_tasks.sft_sources import FAMILY_CATEGORY, write_embedded_sources
 
@@ -72,7 +72,8 @@ class Params(BaseModel):
     long_bucket_from: int = Field(32000, ge=1, description="Samples this long are bucket-sampled.")
     heldout_per_metric: int = Field(200, ge=1)
     heldout_sft_fraction: float = Field(0.0005, gt=0, lt=1, description="Conversations for held-out loss.")
-    screen_metrics: list[str] = Field(default_factory=lambda: list(METRIC_FAMILIES))
+    # The built-in metrics, fixed: a later stage registering its own metric never changes this stage.
+    screen_metrics: list[str] = Field(default_factory=lambda: list(SHARED_METRICS))
     screen_per_metric: int = Field(
         200, ge=0, description=">= later stages' heldout_per_metric (prefix-stable)."
     )

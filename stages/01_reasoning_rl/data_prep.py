@@ -35,12 +35,12 @@ from data_prep.rl_stage import (
     load_sources,
     prepare_prompts,
     screen_against_evals,
+    screened_tiny_tasks,
     source_records,
 )
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import generate
 from data_prep.tiny_tasks.common import int_seed
-from data_prep.tiny_tasks.rl_prep import heldout_benchmarks, reference_self_check
 from rewards.contract import get_reward
 from rewards.reasoning import FAMILIES, assign_family
 
@@ -121,14 +121,8 @@ def _embedded_rows(
     )
     tasks = [t for fam, n in params.families.items() for t in generate(fam, n, seed, "train")]
     manifest.step("generated", len(tasks))
-    tasks = screen_against_evals(tasks, heldout, heldout_benchmarks(heldout), manifest)
-    tasks, failures = reference_self_check(tasks)
-    manifest.step(
-        "correctness",
-        len(tasks),
-        rule="reference solution scores 1.0 under the stage reward",
-        dropped_by_reason=failures,
-    )
+    rule = "reference solution scores 1.0 under the stage reward"
+    tasks = screened_tiny_tasks(tasks, heldout, manifest, "correctness", rule)
     rows = [t.prompt_row() for t in tasks]
     if ctx.tokenizer_dir is None:
         manifest.step("learnability", len(rows), skipped=True, reason="no input checkpoint to sample")

@@ -36,11 +36,11 @@ from data_prep.rl_stage import (
     load_sources,
     prepare_prompts,
     screen_against_evals,
+    screened_tiny_tasks,
     source_records,
 )
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import instructions
-from data_prep.tiny_tasks.rl_prep import heldout_benchmarks, reference_self_check
 from rewards.contract import get_reward
 from rewards.instruction_following import validate_rubrics
 
@@ -113,11 +113,8 @@ def _embedded_rows(
     )
     tasks += instructions.multi_turn(params.multi_turn, seed, "train")
     manifest.step("synthesised", len(tasks))
-    tasks = screen_against_evals(tasks, heldout, heldout_benchmarks(heldout), manifest)
-    tasks, failures = reference_self_check(tasks)
-    manifest.step(
-        "quality", len(tasks), rule="constructive reference passes every rubric", dropped_by_reason=failures
-    )
+    rule = "constructive reference passes every rubric"
+    tasks = screened_tiny_tasks(tasks, heldout, manifest, "quality", rule)
     manifest.step(
         "difficulty",
         len(tasks),

@@ -22,6 +22,8 @@ from rewards.contract import RewardRequest, RewardResult
 
 #: Built-in environments by short name (``module:Class``), resolved lazily.
 ENVIRONMENTS: dict[str, str] = {"calculator": "infra.agents.envs.calculator:CalculatorEnv"}
+#: Environments registered at run time (a stage folder's ``env.py``), by short name.
+_REGISTERED: dict[str, type[AgentEnvironment]] = {}
 
 
 class SimulatedUser:
@@ -75,6 +77,21 @@ class AgentEnvironment(ABC):
         """Release what ``reset`` acquired."""
 
 
+def register_agent_environment(name: str):  # noqa: ANN201 - decorator
+    """Class decorator: make an :class:`AgentEnvironment` loadable by ``name`` (from a stage's ``env.py``)."""
+
+    def deco(cls: type[AgentEnvironment]) -> type[AgentEnvironment]:
+        if name in ENVIRONMENTS:
+            raise ValueError(f"agent environment {name!r} is a built-in name; choose another")
+        known = _REGISTERED.get(name)
+        if known is not None and known.__qualname__ != cls.__qualname__:
+            raise ValueError(f"agent environment {name!r} is already registered by {known.__module__}")
+        _REGISTERED[name] = cls
+        return cls
+
+    return deco
+
+
 def parse_env_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """Split ``NAME[:key=value,...]`` into the name and keyword arguments (ints/floats converted)."""
     name, _, opts = spec.partition(":")
@@ -95,16 +112,20 @@ def parse_env_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def load_environment(spec: str) -> AgentEnvironment:
-    """Build the environment named by ``spec``: a built-in name or ``pkg.module.Class``, plus options."""
+    """Build the environment named by ``spec``: a built-in or registered name or ``pkg.module.Class``,
+    plus ``:key=value`` options."""
     name, kwargs = parse_env_spec(spec)
-    target = ENVIRONMENTS.get(name)
-    if target is None:
-        if "." not in name:
-            raise KeyError(f"unknown environment {name!r}; built-in: {', '.join(sorted(ENVIRONMENTS))}")
-        module, _, attr = name.rpartition(".")
-    else:
-        module, _, attr = target.partition(":")
-    cls = getattr(importlib.import_module(module), attr)
+    cls = _REGISTERED.get(name)
+    if cls is None:
+        target = ENVIRONMENTS.get(name)
+        if target is None:
+            if "." not in name:
+                known = ", ".join(sorted(set(ENVIRONMENTS) | set(_REGISTERED)))
+                raise KeyError(f"unknown environment {name!r}; known: {known}")
+            module, _, attr = name.rpartition(".")
+        else:
+            module, _, attr = target.partition(":")
+        cls = getattr(importlib.import_module(module), attr)
     env = cls(**kwargs)
     if not isinstance(env, AgentEnvironment):
         raise TypeError(f"env spec {spec!r} built {type(env).__name__}, not an AgentEnvironment")

@@ -1,0 +1,185 @@
+"""Multi-turn tool environments: an ``infra.agents`` environment (tools, tasks, verifier) as an RL stage.
+
+The episode is the Strands agent loop of :func:`infra.agents.loop.run_episode`, token-in/token-out
+against a ``/generate`` endpoint: model turns are sampled (loss mask 1, rollout logprobs kept), tool
+results and simulated-user turns are rendered by the chat template (loss mask 0). The reward is the agent
+environment's verifier; an episode the infrastructure broke is ``aborted`` and leaves its group.
+
+* **embedded**: the endpoint is the local ``/generate`` server (:mod:`infra.agents.local_server`) over
+  the very model being trained, served on 127.0.0.1 for the duration of one rollout.
+* **production**: slime's custom generate hook calls :func:`infra.agents.slime_generate.generate` per
+  sample against the SGLang router; the hook YAML carries ``agent_env`` (the spec) and
+  ``rufus_env_actors`` (run the episodes in that many Ray environment actors, 0 = in slime's rollout
+  process).
+
+Rows are written with :func:`task_row` (the task rides in ``metadata``: ``task_id``, ``limits``,
+``user_turns``, ``tools_enabled``), which is exactly what the slime hook reads back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from data_prep.schema import PromptRow
+from infra.agents.contract import AgentTask, RolloutResult
+from infra.embedded.runtime import derive_seed
+from infra.environments.base import Environment, Episode, Group, Policy, Sampling
+from rewards.contract import RewardResult
+
+AGENT = "agent"
+
+
+class AgentOptions(BaseModel):
+    """Options of the ``agent`` environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str = Field(
+        description="infra.agents environment spec, e.g. 'calculator:turns=2' or a registered name."
+    )
+    concurrency: int = Field(default=4, ge=1, description="Episodes in flight at once (embedded).")
+    ray_actors: int = Field(
+        default=0, ge=0, description="Production: run episodes in N Ray environment actors (0: in-process)."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _loads(cls, spec: str) -> str:
+        from infra.agents.envs.base import load_environment
+
+        try:
+            load_environment(spec)
+        except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
+            raise ValueError(f"agent environment {spec!r} does not load: {exc}") from None
+        return spec
+
+
+def task_row(task: AgentTask, options: AgentOptions, **metadata: Any) -> PromptRow:
+    """Return the prompt row that carries ``task`` run with ``options`` (``metadata`` entries are added)."""
+    from infra.agents.slime_generate import task_row_metadata
+
+    env = {"environment": AGENT, "environment_options": options.model_dump()}
+    meta = {**task_row_metadata(task), **env, **metadata}
+    return PromptRow(id=task.id, prompt=task.messages, label=task.ground_truth, metadata=meta)
+
+
+def episode_of(result: RolloutResult) -> Episode:
+    """Return the trainer's :class:`Episode` of one agent rollout (unscored episodes are ``aborted``)."""
+    if result.reward is None:
+        reward = RewardResult(
+            score=0.0, aborted=True, failure=result.termination.value, details={"error": result.error}
+        )
+    else:
+        reward = RewardResult.model_validate(result.reward_details)
+    m = result.metrics
+    from infra.agents.loop import final_answer_text
+
+    return Episode(
+        token_ids=list(result.response_ids),
+        logprobs=list(result.rollout_logprobs),
+        finish_reason="length" if result.termination.is_truncation else "stop",
+        reward=reward,
+        text=final_answer_text(result.transcript),
+        loss_mask=list(result.loss_mask),
+        metrics={
+            "turns": int(m.get("model_calls", 1)),
+            "tool_calls": int(m.get("tool_calls", 0)),
+            "invalid_tool_calls": int(m.get("malformed_tool_calls", 0)) + int(m.get("tool_errors", 0)),
+            "termination": result.termination.value,
+        },
+    )
+
+
+@contextmanager
+def quiet_episode_logs() -> Iterator[None]:
+    """Silence the per-episode warnings of strands / strands-env while an embedded rollout runs.
+
+    A budget stop ("max_tokens_reached") is an ordinary end of an RL episode: it is recorded as the
+    episode's termination and counted in the step metrics, not printed once per episode.
+    """
+    loggers = [logging.getLogger(name) for name in ("strands", "strands_env", "strands_sglang")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+class AgentToolEnvironment(Environment):
+    """An ``infra.agents`` environment run through the Strands agent loop."""
+
+    name = AGENT
+    Options = AgentOptions
+
+    def agent_env(self) -> Any:
+        """Return a fresh agent environment (environments keep per-episode state)."""
+        from infra.agents.envs.base import load_environment
+
+        return load_environment(self.options.env)
+
+    def task_rows(self, n: int, seed: int, **metadata: Any) -> list[PromptRow]:
+        """Return ``n`` task rows generated by the agent environment from ``seed``."""
+        return [task_row(t, self.options, **metadata) for t in self.agent_env().tasks(n, seed)]
+
+    def rollout(self, policy: Policy, rows: list[PromptRow], n: int, sampling: Sampling) -> list[Group]:
+        """Run ``n`` episodes per row against a local ``/generate`` server over ``policy``."""
+        from infra.agents.local_server import GenerateServer, embedded_backend
+        from infra.agents.loop import ModelEndpoint
+        from infra.agents.slime_generate import task_from_parts
+
+        tok = policy.tokenizer
+        context = sampling.max_context_tokens or int(policy.model.config.max_position_embeddings)
+        tasks = [task_from_parts(r.prompt, r.label, r.metadata, r.id, sampling.max_new_tokens) for r in rows]
+        backend = policy.backend or embedded_backend(policy.model, tok)
+        server = GenerateServer(backend, tok, max_context_tokens=context)
+        with server, quiet_episode_logs():
+            endpoint = ModelEndpoint(
+                base_url=server.url,
+                tokenizer=tok,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_retries=0,
+            )
+            results = asyncio.run(self._episodes(endpoint, tasks, n, sampling.seed))
+        groups = []
+        for i, row in enumerate(rows):
+            mine = results[i * n : (i + 1) * n]
+            groups.append(Group(row, list(mine[0].prompt_ids), [episode_of(r) for r in mine]))
+        return groups
+
+    async def _episodes(
+        self, endpoint: Any, tasks: list[AgentTask], n: int, seed: int
+    ) -> list[RolloutResult]:
+        import dataclasses
+
+        from infra.agents.loop import run_episode
+
+        gate = asyncio.Semaphore(self.options.concurrency)
+
+        async def one(i: int, j: int) -> RolloutResult:
+            async with gate:
+                ep = dataclasses.replace(endpoint, seed=derive_seed(seed, i, j) % 2**31)
+                return await run_episode(self.agent_env(), tasks[i], ep)
+
+        return list(await asyncio.gather(*(one(i, j) for i in range(len(tasks)) for j in range(n))))
+
+    def slime_settings(self) -> dict[str, Any]:
+        """``agent_env`` for :func:`infra.agents.slime_generate.generate`, and the actor count."""
+        return {"agent_env": self.options.env, "rufus_env_actors": self.options.ray_actors}
+
+    async def slime_generate(
+        self, args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
+    ) -> Any:
+        """Run the sample's episode on the SGLang router (or in a Ray environment actor)."""
+        from infra.agents.slime_generate import generate
+
+        return await generate(args, sample, sampling_params, evaluation)
