@@ -109,13 +109,10 @@ class ResolvedStage:
 
     def environment(self) -> Any:
         """Build the stage's RL environment (``rl.environment``) with the stage's reward as its default."""
-        from infra.environments import build_environment
+        from infra.environments import stage_environment
 
-        if self.config.rl is None:
-            raise ValueError(f"stage {self.id}: only RL stages have an environment")
         self.load_plugins()
-        env = self.config.rl.environment
-        return build_environment(env.name, env.options, reward=self.config.reward)
+        return stage_environment(self.config)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,6 +288,10 @@ class RLTrainer:
             failures=sum(s.reward.failure is not None for s in samples),
             **report.as_metrics(),
         )
+        for end, count in Counter(
+            s.metrics["termination"] for s in samples if "termination" in s.metrics
+        ).items():
+            row[f"episodes_{end}"] = count
         seconds = time.perf_counter() - t0
         row["step_seconds"] = seconds
         row["tokens_per_s"] = sum(len(s.token_ids) for s in samples) / max(seconds, 1e-9)

@@ -19,6 +19,7 @@ from infra.environments.base import (
     environment_options,
     register_environment,
     registered_environments,
+    stage_environment,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "environment_options",
     "register_environment",
     "registered_environments",
+    "stage_environment",
 ]

@@ -98,15 +98,16 @@ def episode_of(result: RolloutResult) -> Episode:
 
 @contextmanager
 def quiet_episode_logs() -> Iterator[None]:
-    """Silence the per-episode warnings of strands / strands-env while an embedded rollout runs.
+    """Silence the per-episode log lines of strands / strands-env while an embedded rollout runs.
 
-    A budget stop ("max_tokens_reached") is an ordinary end of an RL episode: it is recorded as the
-    episode's termination and counted in the step metrics, not printed once per episode.
+    A budget stop (max tokens, tool iterations) is an ordinary end of an RL episode, which Strands logs
+    as an error: it is recorded as the episode's termination and counted in the step metrics
+    (``episodes_<termination>``), not printed once per episode.
     """
     loggers = [logging.getLogger(name) for name in ("strands", "strands_env", "strands_sglang")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(logging.CRITICAL)
     try:
         yield
     finally:

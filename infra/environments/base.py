@@ -214,3 +214,15 @@ def build_environment(
     """Build the environment ``name`` with validated ``options``; ``reward`` is the stage's reward."""
     opts = environment_options(name, options or {})
     return environment_class(name)(opts, reward=reward)
+
+
+def stage_environment(config: Any) -> Environment:
+    """Build the environment of an RL stage config (``rl.environment``), its reward as the default.
+
+    The stage's ``env.py`` must be imported first when it registers the environment
+    (``ResolvedStage.environment`` does that; the slime hooks import ``rufus_stage_files``).
+    """
+    if config.rl is None:
+        raise ValueError(f"stage {config.name}: only RL stages have an environment")
+    env = config.rl.environment
+    return build_environment(env.name, env.options, reward=config.reward)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.config import StageConfig
+from infra.environments import stage_environment
 from infra.production.cluster import ClusterProfile
 from infra.production.model_args import GLM_STOP_TOKEN_IDS, MODEL_CONTEXT, NUM_LAYERS, glm45_air_model_args
 
@@ -242,15 +243,6 @@ def _rl_algorithm(config: StageConfig, prod_r3: bool, phase: int) -> list[str]:
     if prod_r3:
         out.append("--use-rollout-routing-replay")
     return out
-
-
-def stage_environment(config: StageConfig) -> Any:
-    """The stage's RL environment (``rl.environment``), built as the slime hooks will build it."""
-    from infra.environments import build_environment
-
-    assert config.rl is not None
-    env = config.rl.environment
-    return build_environment(env.name, env.options, reward=config.reward)
 
 
 def hook_settings(
