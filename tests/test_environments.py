@@ -94,6 +94,30 @@ def test_agent_episodes_are_masked_token_trajectories(policy):
             assert 0 in mask and 1 in mask  # the tool result sits between two sampled model turns
             assert all(lp == 0.0 for lp, m in zip(ep.logprobs, mask, strict=True) if m == 0)
             assert ep.metrics["turns"] == 2 and ep.metrics["tool_calls"] == 1 and not ep.truncated
+            assert ep.prompt_ids == group.prompt_ids
+
+
+def test_unscored_agent_episode_is_aborted_and_leaves_its_group():
+    from infra.agents.contract import RolloutResult, Termination
+    from infra.embedded.sampling import drop_aborted
+    from infra.environments.agent import episode_of
+
+    broken = RolloutResult(
+        task_id="t",
+        prompt_ids=[],
+        response_ids=[],
+        rollout_logprobs=[],
+        loss_mask=[],
+        reward=None,
+        termination=Termination.ABORTED,
+        error="EnvironmentFailure: sandbox died",
+    )
+    ep = episode_of(broken)
+    assert (
+        ep.reward.aborted and ep.reward.failure == "aborted" and "sandbox died" in ep.reward.details["error"]
+    )
+    kept = drop_aborted(Group("row", [1, 2], [ep]))
+    assert kept.samples == [] and kept.aborted == 1
 
 
 def test_agent_groups_train_through_the_single_turn_update(tmp_path, base, policy):

@@ -184,7 +184,8 @@ class RLTrainer:
             shaped, adv = group_advantage_values(g, self.cfg.rl, phase)
             shaped_all += shaped
             for s, a in zip(g.samples, adv, strict=False):
-                items.append((g.prompt_ids, s.token_ids, s.logprobs, a, s.truncated, s.loss_mask))
+                prompt = g.prompt_ids if s.prompt_ids is None else s.prompt_ids
+                items.append((prompt, s.token_ids, s.logprobs, a, s.truncated, s.loss_mask))
         if pc.use_tis:
             old_all = self._no_grad_logprobs(self.model, items, rc.temperature)
         else:

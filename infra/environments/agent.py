@@ -87,6 +87,7 @@ def episode_of(result: RolloutResult) -> Episode:
         reward=reward,
         text=final_answer_text(result.transcript),
         loss_mask=list(result.loss_mask),
+        prompt_ids=list(result.prompt_ids),
         metrics={
             "turns": int(m.get("model_calls", 1)),
             "tool_calls": int(m.get("tool_calls", 0)),
@@ -154,7 +155,8 @@ class AgentToolEnvironment(Environment):
         groups = []
         for i, row in enumerate(rows):
             mine = results[i * n : (i + 1) * n]
-            groups.append(Group(row, list(mine[0].prompt_ids), [episode_of(r) for r in mine]))
+            prompt = next((r.prompt_ids for r in mine if r.prompt_ids), [])  # an aborted one may have none
+            groups.append(Group(row, list(prompt), [episode_of(r) for r in mine]))
         return groups
 
     async def _episodes(

@@ -46,6 +46,7 @@ class Episode:
     text: str = ""
     loss_mask: list[int] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    prompt_ids: list[int] | None = None  # this episode's own initial prompt (None: the group's)
 
     @property
     def trained_tokens(self) -> int:
