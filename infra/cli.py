@@ -71,9 +71,15 @@ def run(
         None, "--run-dir", help="Run directory (default runs/<recipe name>)."
     ),
     seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+    rebuild: list[str] = typer.Option(
+        [],
+        "--rebuild",
+        help="Delete and rebuild this stage's output (or 'base') when its files no longer match its handoff.",
+    ),
 ) -> None:
     """Run a recipe stage by stage, handing each verified checkpoint to the next (resumable)."""
     from infra.driver import Driver, Selection
+    from infra.handoff import HandoffError
     from infra.recipe import load_recipe
 
     try:
@@ -81,9 +87,9 @@ def run(
         rd = run_dir or Path("runs") / (
             loaded.recipe.name if seed is None else f"{loaded.recipe.name}-s{seed}"
         )
-        driver = Driver(loaded, rd, console=console, seed=seed)
+        driver = Driver(loaded, rd, console=console, seed=seed, rebuild=tuple(rebuild))
         manifest = driver.run(Selection(start=start, until=until, only=only), dry_run=dry_run)
-    except ConfigError as exc:
+    except (ConfigError, HandoffError) as exc:
         _fail(exc)
         return
     if not dry_run:

@@ -22,7 +22,9 @@ from infra.atomic import atomic_write_json, atomic_write_text
 from infra.backend_registry import get_backend
 from infra.backends import Backend, StageJob
 from infra.handoff import (
+    HANDOFF,
     HandoffError,
+    TamperedHandoffError,
     export_path,
     read_handoff,
     verify_handoff,
@@ -76,6 +78,7 @@ class Driver:
         console: Console | None = None,
         seed: int | None = None,
         extra: dict[str, Any] | None = None,
+        rebuild: tuple[str, ...] = (),
     ) -> None:
         self.loaded = loaded
         self.recipe = loaded.recipe
@@ -84,6 +87,11 @@ class Driver:
         self.console = console or Console()
         self.seed = self.recipe.seed if seed is None else seed
         self.extra = extra or {}
+        known = {BASE_DIR, *(s.id for s in loaded.stages)}
+        unknown = sorted(set(rebuild) - known)
+        if unknown:
+            raise ConfigError(f"--rebuild {', '.join(unknown)}: not a stage of the recipe (nor 'base')")
+        self.rebuild = set(rebuild)
 
     # ----------------------------------------------------------------- manifest
     def _manifest(self) -> RunManifest:
@@ -110,12 +118,34 @@ class Driver:
         return m
 
     # --------------------------------------------------------------------- base
+    def _signed_or_refuse(self, name: str, stage_dir: Path) -> bool:
+        """True when ``stage_dir`` holds a handoff its files still match; False when it holds none.
+
+        A handoff whose files no longer match is never re-signed: the run stops with the file named,
+        unless ``--rebuild NAME`` asked to delete that output and build it again from its verified input.
+        """
+        if not (stage_dir / HANDOFF).is_file():
+            return False
+        try:
+            verify_handoff(stage_dir)
+            return True
+        except HandoffError as exc:
+            if name not in self.rebuild:
+                raise TamperedHandoffError(
+                    f"{exc}; refusing to re-sign it: restore the files, or run again with --rebuild {name} "
+                    f"to delete and rebuild {stage_dir}"
+                ) from None
+        self.console.print(f"[yellow]![/] {name}: --rebuild: deleting {stage_dir} outputs and rebuilding")
+        _clear_outputs(stage_dir)
+        return False
+
     def _base(self, manifest: RunManifest) -> Path:
         """Materialize and hand off the base checkpoint (once); return its stage-like dir."""
         base_dir = self.run_dir / BASE_DIR
-        try:
-            verify_handoff(base_dir)
-        except HandoffError:
+        if not self._signed_or_refuse(BASE_DIR, base_dir):
+            # Never sign files left by an interrupted earlier attempt: the base is rebuilt from its spec.
+            if (base_dir / "export").exists():
+                shutil.rmtree(base_dir / "export")
             export = self.backend.materialize_base(self.recipe.base, base_dir / "export", self.seed)
             write_handoff(
                 base_dir,
@@ -179,32 +209,17 @@ class Driver:
             check_loads=self.backend.check_loads,
         )
         input_hash = in_record["content_hash"]
-        if (
-            entry.status == "done"
-            and entry.config_hash == stage.config_hash
-            and entry.input_hash == input_hash
-        ):
-            try:
-                verify_handoff(stage_dir, expected_template=self._expected_template(manifest))
-                self.console.print(f"[green]✓[/] {stage.id}: done, hashes match — skipped")
-                return stage_dir
-            except HandoffError as exc:
-                self.console.print(f"[yellow]![/] {stage.id}: output handoff invalid ({exc}); re-running")
-        if entry.config_hash not in (None, stage.config_hash) or entry.input_hash not in (None, input_hash):
+        changed = entry.config_hash not in (None, stage.config_hash) or entry.input_hash not in (
+            None,
+            input_hash,
+        )
+        if changed:
             # Config or input changed: old checkpoints must not be resumed from.
-            for sub in (
-                "checkpoints",
-                "export",
-                "handoff.json",
-                "eval.json",
-                "metrics.jsonl",
-                "eval_input.json",
-            ):
-                p = stage_dir / sub
-                if p.is_dir():
-                    shutil.rmtree(p)
-                elif p.exists():
-                    p.unlink()
+            _clear_outputs(stage_dir)
+        elif self._signed_or_refuse(stage.id, stage_dir) and entry.status == "done":
+            verify_handoff(stage_dir, expected_template=self._expected_template(manifest))
+            self.console.print(f"[green]✓[/] {stage.id}: done, hashes match — skipped")
+            return stage_dir
         resuming = entry.status == "running" and entry.started_at is not None
         entry.started_at = entry.started_at if resuming else now_iso()
         entry.status = "running"
@@ -305,6 +320,20 @@ class Driver:
         metrics = self.backend.evaluate(job, ckpt)
         atomic_write_json(path, {"key": key, "metrics": metrics})
         return metrics
+
+
+#: What a stage writes into its folder besides its config and data (deleted when it must be rebuilt).
+STAGE_OUTPUTS = ("checkpoints", "export", HANDOFF, "eval.json", "metrics.jsonl", "eval_input.json")
+
+
+def _clear_outputs(stage_dir: Path) -> None:
+    """Delete a stage's outputs (checkpoints, export, handoff, evaluations, metrics)."""
+    for sub in STAGE_OUTPUTS:
+        p = stage_dir / sub
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
 
 
 def run_single_stage(

@@ -31,6 +31,10 @@ class HandoffError(RuntimeError):
     """An input checkpoint does not match its handoff record."""
 
 
+class TamperedHandoffError(HandoffError):
+    """A stored checkpoint no longer matches the handoff that signed it; it is never re-signed."""
+
+
 def chat_template_of(export_dir: Path) -> str | None:
     """The chat template saved with a tokenizer (``chat_template.jinja`` or ``tokenizer_config.json``)."""
     jinja = export_dir / "chat_template.jinja"
