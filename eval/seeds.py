@@ -89,6 +89,22 @@ def load_runs(run_dirs: list[Path]) -> list[RunData]:
         ids, first_ids = [s.id for s in run.stages], [s.id for s in first.stages]
         if ids != first_ids:
             raise ValueError(f"{run.run_dir}: stages {ids} differ from {first_ids} in {first.run_dir}")
+        for sid, digest in run.config_hashes.items():
+            theirs = first.config_hashes.get(sid)
+            if digest and theirs and digest != theirs:
+                raise ValueError(
+                    f"{run.run_dir}: stage {sid} ran with another config than in {first.run_dir} "
+                    "(config hashes differ); a seed report compares one configuration"
+                )
+    seen: dict[int, Path] = {}
+    for run in runs:
+        if run.seed is not None and run.seed in seen:
+            raise ValueError(
+                f"{run.run_dir}: seed {run.seed} again (also {seen[run.seed]}); "
+                "a seed report needs distinct seeds"
+            )
+        if run.seed is not None:
+            seen[run.seed] = run.run_dir
     return runs
 
 

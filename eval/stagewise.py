@@ -56,6 +56,8 @@ class RunData:
     name: str
     base: str
     stages: list[StageData]
+    seed: int | None = None
+    config_hashes: dict[str, str | None] = field(default_factory=dict)
 
 
 def _read_json(path: Path) -> Any:
@@ -108,7 +110,12 @@ def load_run(run_dir: Path) -> RunData:
     base = manifest.get("base") or {}
     base_name = base.get("model", "base") if isinstance(base, dict) else str(base)
     return RunData(
-        run_dir=run_dir, name=str(manifest.get("recipe", run_dir.name)), base=base_name, stages=stages
+        run_dir=run_dir,
+        name=str(manifest.get("recipe", run_dir.name)),
+        base=base_name,
+        stages=stages,
+        seed=manifest.get("seed"),
+        config_hashes={e["id"]: e.get("config_hash") for e in manifest["stages"]},
     )
 
 

@@ -48,14 +48,21 @@ class Selection:
     only: str | None = None
 
     def pick(self, ids: list[str]) -> list[str]:
-        """The selected ids, in recipe order; unknown names are errors."""
+        """The selected ids, in recipe order; unknown names and empty selections are errors."""
         for name in (self.start, self.until, self.only):
             if name is not None and name not in ids:
                 raise ConfigError(f"no stage {name!r} in the recipe; stages are {ids}")
         if self.only:
+            if self.start or self.until:
+                raise ConfigError("--only runs one stage: it cannot be combined with --from or --until")
             return [self.only]
         lo = ids.index(self.start) if self.start else 0
         hi = ids.index(self.until) + 1 if self.until else len(ids)
+        if lo >= hi:
+            raise ConfigError(
+                f"--from {self.start} --until {self.until} selects no stage: {self.until!r} comes before "
+                f"{self.start!r} in the recipe ({' → '.join(ids)})"
+            )
         return ids[lo:hi]
 
 

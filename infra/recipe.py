@@ -238,7 +238,7 @@ def resolve_stage(
         layered.apply(layer, source)
     config = layered.validate(StageConfig, str(launch))
     sid = stage_id or folder.name
-    if config.name != folder.name and stage_id is None:
+    if config.name != folder.name:  # a recipe's `id` renames the entry, never the folder's stage
         raise ConfigError(f"{launch}: name: {config.name!r} differs from the folder name {folder.name!r}")
     resolved = config.model_dump(mode="json")
     stage = ResolvedStage(

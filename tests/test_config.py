@@ -12,7 +12,7 @@ from infra.config import RLConfig, StageConfig
 from infra.layering import ConfigError, load_yaml
 from infra.recipe import REPO_ROOT, load_recipe, resolve_stage
 
-STAGES = sorted(p.parent for p in (REPO_ROOT / "stages").glob("*/launch.yaml"))
+STAGES = sorted(p.parent for p in (REPO_ROOT / "stages").rglob("launch.yaml"))
 
 
 def _stage_copy(tmp_path: Path, name: str = "01_reasoning_rl") -> Path:
@@ -43,7 +43,7 @@ def test_every_yaml_in_the_repository_parses():
     for path in files:
         with open(path) as f:
             list(yaml.safe_load_all(f))  # raises on a syntax error
-    for launch in (REPO_ROOT / "stages").glob("*/launch.yaml"):
+    for launch in (REPO_ROOT / "stages").rglob("launch.yaml"):
         StageConfig.model_validate(load_yaml(launch))
     for recipe in (REPO_ROOT / "recipes").glob("*.yaml"):
         loaded = load_recipe(recipe)
@@ -254,3 +254,24 @@ def test_embedded_phases_replace_rl_phases(tmp_path: Path):
         ConfigError, match=r"launch.yaml \(embedded.phases\): rl\.phases\.0\.rollout\.num_rollouts: "
     ):
         resolve_stage(dst, "embedded")
+
+
+def test_launch_name_must_match_its_folder_inside_a_recipe_too(tmp_path: Path):
+    folder = tmp_path / "stages" / "01_renamed"
+    shutil.copytree(REPO_ROOT / "stages" / "01_reasoning_rl", folder)
+    recipe = _recipe(tmp_path, _base_recipe([{"stage": str(folder), "id": "custom"}]))
+    with pytest.raises(
+        ConfigError, match="name: '01_reasoning_rl' differs from the folder name '01_renamed'"
+    ):
+        load_recipe(recipe)
+
+
+def test_stage_selection_must_select_something():
+    from infra.driver import Selection
+
+    ids = ["00_sft", "01_reasoning_rl", "03_if_rl"]
+    with pytest.raises(ConfigError, match="selects no stage"):
+        Selection(start="03_if_rl", until="01_reasoning_rl").pick(ids)
+    with pytest.raises(ConfigError, match="--only runs one stage"):
+        Selection(start="00_sft", only="03_if_rl").pick(ids)
+    assert Selection(start="01_reasoning_rl", until="01_reasoning_rl").pick(ids) == ["01_reasoning_rl"]

@@ -125,6 +125,16 @@ def test_errors_name_the_directory(tmp_path, runs):
         seed_rows(runs[:1])
     with pytest.raises(FileNotFoundError, match="nowhere"):
         seed_rows([runs[0], tmp_path / "nowhere"])
+    twin = make_run(tmp_path, "twin", 0)  # seed 0 again, as runs[0]
+    with pytest.raises(ValueError, match="twin: seed 0 again"):
+        seed_rows([runs[0], twin])
+    for run, digest in ((runs[0], "one"), (runs[1], "other")):
+        path = run / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["stages"][1]["config_hash"] = digest
+        path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="01_reasoning_rl ran with another config"):
+        seed_rows(runs[:2])
 
 
 def test_write_report_files(tmp_path, runs):
