@@ -187,6 +187,32 @@ def sid_or(stage_id: str | None, folder: Path) -> str:
     return stage_id or folder.name
 
 
+def _layer(base_layer: dict[str, Any], launch: str, later: list, *, embedded: bool) -> Layered:
+    """Merge launch.yaml, (for the embedded profile) its ``embedded`` sizes, then the later layers."""
+    layered = Layered()
+    layered.apply(base_layer, launch)
+    if embedded:
+        # Embedded sizes sit right above launch.yaml, so recipe overrides and --set still win over them.
+        probe = Layered()
+        probe.apply(base_layer, launch)
+        for layer, source in later:
+            probe.apply(layer, source)
+        emb = probe.data.get("embedded") or {}
+        if not isinstance(emb, dict):
+            raise ConfigError(f"{probe.source_of('embedded')}: embedded: expected a mapping")
+        for section, target in _EMBEDDED_TARGETS.items():
+            part = emb.get(section)
+            if isinstance(part, dict) and part:
+                src = probe.source_of(f"embedded.{section}")
+                layered.apply(part, f"{src} (embedded.{section})", prefix=target)
+        if isinstance(emb.get("phases"), list):
+            src = probe.source_of("embedded.phases")
+            layered.apply({"phases": emb["phases"]}, f"{src} (embedded.phases)", prefix="rl")
+    for layer, source in later:
+        layered.apply(layer, source)
+    return layered
+
+
 def resolve_stage(
     folder: Path,
     profile: str,
@@ -215,28 +241,15 @@ def resolve_stage(
                 used_sets.add(key)
     for key, value in (sets or {}).items():
         later.append((nest(key, value), f"--set {sid_or(stage_id, folder)}.{key}"))
-    layered = Layered()
-    layered.apply(base_layer, str(launch))
-    if profile == "embedded":
-        # Embedded sizes sit right above launch.yaml, so recipe overrides and --set still win over them.
-        probe = Layered()
-        probe.apply(base_layer, str(launch))
-        for layer, source in later:
-            probe.apply(layer, source)
-        emb = probe.data.get("embedded") or {}
-        if not isinstance(emb, dict):
-            raise ConfigError(f"{probe.source_of('embedded')}: embedded: expected a mapping")
-        for section, target in _EMBEDDED_TARGETS.items():
-            part = emb.get(section)
-            if isinstance(part, dict) and part:
-                src = probe.source_of(f"embedded.{section}")
-                layered.apply(part, f"{src} (embedded.{section})", prefix=target)
-        if isinstance(emb.get("phases"), list):
-            src = probe.source_of("embedded.phases")
-            layered.apply({"phases": emb["phases"]}, f"{src} (embedded.phases)", prefix="rl")
-    for layer, source in later:
-        layered.apply(layer, source)
+    layered = _layer(base_layer, str(launch), later, embedded=profile == "embedded")
     config = layered.validate(StageConfig, str(launch))
+    other = "production" if profile == "embedded" else "embedded"
+    try:  # a stage's config must be valid at both scales, whichever one runs now
+        _layer(base_layer, str(launch), later, embedded=other == "embedded").validate(
+            StageConfig, str(launch)
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}\n(in the {other} profile: a stage must be valid in both)") from None
     sid = stage_id or folder.name
     if config.name != folder.name:  # a recipe's `id` renames the entry, never the folder's stage
         raise ConfigError(f"{launch}: name: {config.name!r} differs from the folder name {folder.name!r}")

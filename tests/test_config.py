@@ -275,3 +275,19 @@ def test_stage_selection_must_select_something():
     with pytest.raises(ConfigError, match="--only runs one stage"):
         Selection(start="00_sft", only="03_if_rl").pick(ids)
     assert Selection(start="01_reasoning_rl", until="01_reasoning_rl").pick(ids) == ["01_reasoning_rl"]
+
+
+def test_both_profiles_are_validated_whichever_runs(tmp_path: Path):
+    folder = tmp_path / "00_sft"
+    shutil.copytree(REPO_ROOT / "stages" / "00_sft", folder)
+    launch = yaml.safe_load((folder / "launch.yaml").read_text())
+    launch["sft"]["global_batch"] = "lots"  # hidden by embedded.sft.global_batch when embedded runs
+    launch["embedded"]["sft"]["global_batch"] = 8
+    (folder / "launch.yaml").write_text(yaml.safe_dump(launch))
+    with pytest.raises(ConfigError, match=r"sft\.global_batch[\s\S]*in the production profile"):
+        resolve_stage(folder, "embedded")
+    launch["sft"]["global_batch"] = 64
+    launch["embedded"]["sft"]["epochs"] = "many"  # only the embedded profile reads it
+    (folder / "launch.yaml").write_text(yaml.safe_dump(launch))
+    with pytest.raises(ConfigError, match=r"sft\.epochs[\s\S]*in the embedded profile"):
+        resolve_stage(folder, "production")
