@@ -19,65 +19,52 @@ from infra.agents.ray_actors import run_episodes, start_actors
 ray = pytest.importorskip("ray")
 
 
-@pytest.mark.slow
-def test_ray_actors_run_episodes_in_parallel() -> None:
+@pytest.fixture
+def local_ray():  # noqa: ANN201
+    """A local two-CPU Ray cluster for one test."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    tok = micro_tokenizer()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
-            actors = start_actors("calculator:turns=2", server.url, str(micro_model_dir()), 2)
-            tasks = CalculatorEnv(turns=2).tasks(4, seed=3)
-            results = run_episodes(actors, tasks, seed=0)
-            pids = set(ray.get([a.pid.remote() for a in actors]))
-        assert [r.task_id for r in results] == [t.id for t in tasks]
-        assert all(r.termination is Termination.FINAL_ANSWER and r.reward == 1.0 for r in results)
-        assert len(pids) == 2 and os.getpid() not in pids
-        assert len(server.requests) == 4 * 4  # two user turns x (tool call + answer) per episode
-    finally:
-        ray.shutdown()
+    yield ray
+    ray.shutdown()
 
 
 @pytest.mark.slow
-def test_slime_generate_runs_episodes_in_the_stage_env_actors() -> None:
+def test_ray_actors_run_episodes_in_parallel(local_ray) -> None:
+    tok = micro_tokenizer()
+    with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
+        actors = start_actors("calculator:turns=2", server.url, str(micro_model_dir()), 2)
+        tasks = CalculatorEnv(turns=2).tasks(4, seed=3)
+        results = run_episodes(actors, tasks, seed=0)
+        pids = set(ray.get([a.pid.remote() for a in actors]))
+    assert [r.task_id for r in results] == [t.id for t in tasks]
+    assert all(r.termination is Termination.FINAL_ANSWER and r.reward == 1.0 for r in results)
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert len(server.requests) == 4 * 4  # two user turns x (tool call + answer) per episode
+
+
+@pytest.mark.slow
+def test_slime_generate_runs_episodes_in_the_stage_env_actors(local_ray) -> None:
     """``rufus_env_actors: 2`` in the hook YAML: slime's generate hook sends episodes to named Ray actors."""
     import asyncio
-    from types import SimpleNamespace
 
-    from test_agents_slime import SlimeShapedSample
+    from test_agents_slime import SlimeShapedSample, hook_args
 
     from infra.production import slime_hooks
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     tok = micro_tokenizer()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
-            host, port = server.url.removeprefix("http://").rsplit(":", 1)
-            args = SimpleNamespace(
-                rufus_stage="calc",
-                rufus_environment={"name": "agent", "options": {"env": "calculator", "ray_actors": 2}},
-                rufus_reward="agent_calculator",
-                agent_env="calculator",
-                rufus_env_actors=2,
-                hf_checkpoint=str(micro_model_dir()),
-                sglang_router_ip=host,
-                sglang_router_port=int(port),
+    with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
+        args = hook_args(server.url, actors=2)
+        samples = [
+            SlimeShapedSample(index=i, prompt=[{"role": "user", "content": f"Compute {a} + 3."}], label=a + 3)
+            for i, a in enumerate((4, 5, 6))
+        ]
+
+        async def all_samples():  # noqa: ANN202
+            return await asyncio.gather(
+                *(slime_hooks.generate(args, s, {"temperature": 0.5}) for s in samples)
             )
-            prompts = [f"Compute {a} + 3. Answer as \\boxed{{N}}." for a in (4, 5, 6)]
-            samples = [
-                SlimeShapedSample(index=i, prompt=[{"role": "user", "content": p}], label=a + 3)
-                for i, (p, a) in enumerate(zip(prompts, (4, 5, 6), strict=True))
-            ]
 
-            async def all_samples():  # noqa: ANN202
-                return await asyncio.gather(
-                    *(slime_hooks.generate(args, s, {"temperature": 0.5}) for s in samples)
-                )
-
-            out = asyncio.run(all_samples())
-            names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
-        assert [s.reward for s in out] == [1.0, 1.0, 1.0] and all(0 in s.loss_mask for s in out)
-        assert {"rufus-env-calc:calculator-0", "rufus-env-calc:calculator-1"} <= names
-    finally:
-        ray.shutdown()
+        out = asyncio.run(all_samples())
+        names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    assert [s.reward for s in out] == [1.0, 1.0, 1.0] and all(0 in s.loss_mask for s in out)
+    assert {"rufus-env-calc:calculator-0", "rufus-env-calc:calculator-1"} <= names

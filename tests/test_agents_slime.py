@@ -92,30 +92,40 @@ def test_truncated_and_aborted_samples() -> None:
     )
 
 
+def hook_args(server_url: str, actors: int = 0) -> Any:
+    """The ``args`` slime hands the hooks of a calculator agent stage: hook-YAML keys + router address."""
+    from types import SimpleNamespace
+
+    from infra.agents.local_server import micro_model_dir
+
+    host, port = server_url.removeprefix("http://").rsplit(":", 1)
+    options = {"env": "calculator", **({"ray_actors": actors} if actors else {})}
+    return SimpleNamespace(
+        rufus_stage="calc",
+        rufus_environment={"name": "agent", "options": options},
+        rufus_reward="agent_calculator",
+        agent_env="calculator",
+        rufus_env_actors=actors,
+        hf_checkpoint=str(micro_model_dir()),
+        sglang_router_ip=host,
+        sglang_router_port=int(port),
+    )
+
+
 def test_slime_generate_hook_runs_the_stage_environment() -> None:
     """slime's --custom-generate-function-path hook builds the stage's environment from the hook YAML keys."""
     from types import SimpleNamespace
 
     from agents_scripted import oracle_backend
 
-    from infra.agents.local_server import micro_model_dir
     from infra.production import slime_hooks
 
     tok = micro_tokenizer()
     with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
-        host, port = server.url.removeprefix("http://").rsplit(":", 1)
-        args = SimpleNamespace(
-            rufus_environment={"name": "agent", "options": {"env": "calculator"}},
-            rufus_reward="agent_calculator",
-            agent_env="calculator",
-            rufus_env_actors=0,
-            hf_checkpoint=str(micro_model_dir()),
-            sglang_router_ip=host,
-            sglang_router_port=int(port),
-        )
         prompt = [{"role": "user", "content": "Compute 12 * 3. Answer as \\boxed{N}."}]
         sample = SlimeShapedSample(prompt=prompt, label=36, metadata={"task_id": "a"})
-        out = asyncio.run(slime_hooks.generate(args, sample, {"max_new_tokens": 64, "temperature": 1.0}))
+        params = {"max_new_tokens": 64, "temperature": 1.0}
+        out = asyncio.run(slime_hooks.generate(hook_args(server.url), sample, params))
     assert out.reward == 1.0 and out.status is SlimeShapedSample.Status.COMPLETED
     assert 0 in out.loss_mask and out.metadata["termination"] == "final_answer"
     single = SimpleNamespace(rufus_environment={"name": "single_turn", "options": {}}, rufus_reward="math")
