@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from infra.layering import ConfigError
 
@@ -48,14 +49,24 @@ class PlanFormat(str, Enum):
     json = "json"
 
 
+class ProfileName(str, Enum):
+    embedded = "embedded"
+    production = "production"
+
+
 class StageStep(str, Enum):
     prep = "prep"
     train = "train"
     eval = "eval"
 
 
+def _error_line(exc: Exception) -> Text:
+    """``error: <message>``, the message printed as it is (no console markup: paths may hold ``[``)."""
+    return Text.assemble(("error: ", "bold red"), str(exc))
+
+
 def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
+    console.print(_error_line(exc), soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -165,7 +176,10 @@ def _print_status(run_dir: Path) -> None:
 @app.command()
 def status(run_dir: Path = typer.Argument(..., help="A run directory, e.g. runs/tiny.")) -> None:
     """Show each stage of a run: status, times, checkpoints and headline metrics."""
-    _print_status(run_dir)
+    try:
+        _print_status(run_dir)
+    except ConfigError as exc:
+        _fail(exc)
 
 
 @app.command()
@@ -173,7 +187,7 @@ def stage(
     stage_dir: Path = typer.Argument(..., help="A stage folder, e.g. stages/01_reasoning_rl."),
     step: StageStep = typer.Argument(..., help="prep, train or eval."),
     init_from: Path = typer.Option(..., "--init-from", help="Any HF-format checkpoint folder."),
-    profile: str = typer.Option("embedded", "--profile", help="embedded or production."),
+    profile: ProfileName = typer.Option(ProfileName.embedded, "--profile", help="embedded or production."),
     run_dir: Path = typer.Option(Path("runs/stage"), "--run-dir", help="Where the stage writes."),
     sets: list[str] = typer.Option([], "--set", help="Override: key.path=value."),
     seed: int = typer.Option(0, "--seed", help="Seed."),
@@ -187,7 +201,7 @@ def stage(
     try:
         folder = find_stage_folder(str(stage_dir))
         parsed = dict(parse_set(s) for s in sets)
-        resolved = resolve_stage(folder, profile, sets=parsed)
+        resolved = resolve_stage(folder, profile.value, sets=parsed)
         out = run_single_stage(resolved, init_from, run_dir / resolved.id, steps, seed=seed, console=console)
     except ConfigError as exc:
         _fail(exc)
@@ -203,7 +217,11 @@ def report(
     """Write RUN_DIR/report/: the stagewise table (markdown, HTML) and training-dynamics plots."""
     from eval.report import write_report
 
-    out = write_report(run_dir, compare=compare)
+    try:
+        out = write_report(run_dir, compare=compare)
+    except (ValueError, FileNotFoundError, ConfigError) as exc:
+        _fail(exc)
+        return
     console.print(f"report written to {out}")
 
 
@@ -246,7 +264,7 @@ def main() -> None:
     try:
         app()
     except ConfigError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
+        console.print(_error_line(exc), soft_wrap=True)
         sys.exit(2)
 
 

@@ -11,9 +11,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infra.atomic import atomic_write_json
+from infra.layering import ConfigError
 
 Status = Literal["pending", "running", "done", "failed"]
 MANIFEST = "manifest.json"
@@ -66,7 +67,16 @@ class RunManifest(BaseModel):
         path = Path(run_dir) / MANIFEST
         if not path.is_file():
             return None
-        return cls.model_validate(json.loads(path.read_text()))
+        try:
+            return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"{path}: not a readable run manifest ({exc}); restore it or use another run dir"
+            ) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            raise ConfigError(f"{path}: {where}: {first['msg']}") from None
 
     def save(self, run_dir: Path) -> None:
         """Atomically write the manifest."""
