@@ -193,9 +193,9 @@ def stage(
     seed: int = typer.Option(0, "--seed", help="Seed."),
 ) -> None:
     """Run one stage alone (prep, train or eval) from any HF checkpoint."""
-    from infra.driver import run_single_stage
     from infra.layering import parse_set
     from infra.recipe import find_stage_folder, resolve_stage
+    from infra.single_stage import run_single_stage
 
     steps = {"prep": ("prep",), "train": ("prep", "train"), "eval": ("prep", "eval")}[step.value]
     try:

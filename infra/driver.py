@@ -117,6 +117,14 @@ class Driver:
                 seed=self.seed,
                 base=base,
             )
+        elif m.recipe != self.recipe.name or m.recipe_file != str(self.loaded.path):
+            self.console.print(
+                f"[yellow]![/] {self.run_dir}: continuing a run of recipe {m.recipe!r} ({m.recipe_file}) "
+                f"with {self.recipe.name!r} ({self.loaded.path}); stages with equal ids, configs and inputs "
+                "are kept, the manifest now names the new recipe",
+                highlight=False,
+            )
+            m.recipe, m.recipe_file = self.recipe.name, str(self.loaded.path)
         known = {e.id: e for e in m.stages}
         m.stages = [
             known.get(s.id) or StageEntry(id=s.id, folder=_relative(s.folder, REPO_ROOT), kind=s.config.kind)
@@ -222,6 +230,13 @@ class Driver:
         )
         if changed:
             # Config or input changed: old checkpoints must not be resumed from.
+            if any((stage_dir / sub).exists() for sub in STAGE_OUTPUTS):
+                what = "config" if entry.config_hash != stage.config_hash else "input checkpoint"
+                self.console.print(
+                    f"[yellow]![/] {stage.id}: its {what} changed since the last run in {stage_dir}: "
+                    "deleting its checkpoints, export and evaluations and training it again",
+                    highlight=False,
+                )
             _clear_outputs(stage_dir)
         elif self._signed_or_refuse(stage.id, stage_dir) and entry.status == "done":
             verify_handoff(stage_dir, expected_template=self._expected_template(manifest))
@@ -341,56 +356,3 @@ def _clear_outputs(stage_dir: Path) -> None:
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
-
-
-def run_single_stage(
-    stage: ResolvedStage,
-    init_from: Path,
-    stage_dir: Path,
-    steps: tuple[str, ...],
-    *,
-    seed: int = 0,
-    backend: Backend | None = None,
-    console: Console | None = None,
-) -> dict[str, Any]:
-    """``rufus stage``: prep/train/eval one stage alone from any HF checkpoint."""
-    from infra.handoff import external_checkpoint_record
-
-    backend = backend or get_backend(stage.profile)
-    console = console or Console()
-    record = external_checkpoint_record(init_from)
-    backend.check_loads(Path(record["export"]))
-    init_ckpt = Path(record["export"])
-    job = StageJob(stage=stage, stage_dir=stage_dir, init_checkpoint=init_ckpt, seed=seed, run_name=stage.id)
-    atomic_write_text(stage_dir / "config.resolved.yaml", dump_resolved(stage))
-    out: dict[str, Any] = {}
-    run_data_prep(
-        stage,
-        job.data_dir,
-        seed=seed,
-        tokenizer_dir=init_ckpt,
-        input_hash=record["content_hash"],
-        console=console,
-    )
-    out["data"] = str(job.data_dir)
-    if "train" in steps:
-        result = backend.train(job)
-        rec = write_handoff(
-            stage_dir,
-            result.export_dir,
-            stage=stage.id,
-            lineage={"base": str(init_ckpt), "parent": None, "chain": [stage.id]},
-            config_hash=stage.config_hash,
-            metrics=dict(result.summary),
-        )
-        out["export"] = str(result.export_dir)
-        out["handoff"] = rec["content_hash"]
-    if "eval" in steps:
-        evals = {"input": backend.evaluate(job, init_ckpt)}
-        if job.export_dir.is_dir() and (stage_dir / "handoff.json").is_file():
-            evals["output"] = backend.evaluate(job, job.export_dir)
-        evals["targets"] = stage.config.eval.targets
-        evals["guardrails"] = stage.config.eval.guardrails
-        atomic_write_json(stage_dir / "eval.json", evals)
-        out["eval"] = evals
-    return out

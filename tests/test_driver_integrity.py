@@ -85,3 +85,31 @@ def test_tampered_base_is_refused_and_the_cli_says_so_in_one_line(recipe, tmp_pa
 def test_rebuild_names_must_exist(recipe, tmp_path):
     with pytest.raises(ConfigError, match="--rebuild nope"):
         _run(recipe, tmp_path / "run", rebuild=("nope",))
+
+
+def test_run_files_are_readable_by_the_team_and_reruns_say_what_they_do(recipe, tmp_path):
+    import io
+    import os
+    import stat
+
+    run = tmp_path / "run"
+    old = os.umask(0o022)
+    try:
+        _run(recipe, run)
+    finally:
+        os.umask(old)
+    for path in (run / "manifest.json", run / STAGE / "handoff.json", run / STAGE / "export"):
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o044 == 0o044, (path, oct(mode))  # group and others may read
+    out = io.StringIO()
+    other = recipe.with_name("renamed.yaml")
+    doc = yaml.safe_load(recipe.read_text())
+    doc["name"] = "renamed"
+    doc["overrides"]["rl"]["rollout"]["max_response_tokens"] = 4
+    other.write_text(yaml.safe_dump(doc))
+    console = Console(file=out, width=400)
+    Driver(load_recipe(other), run, console=console, extra={"threads": 1}).run()
+    text = out.getvalue()
+    assert "continuing a run of recipe 'letter'" in text
+    assert f"{STAGE}: its config changed since the last run" in text
+    assert json.loads((run / "manifest.json").read_text())["recipe"] == "renamed"

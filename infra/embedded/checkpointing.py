@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from infra.atomic import default_mode
 from infra.backends import TrainResult
 
 EXPORT_MARKER = ".export_complete"
@@ -53,6 +54,7 @@ def atomic_folder(dest: Path, prefix: str) -> Iterator[Path]:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
+    default_mode(tmp, folder=True)
     try:
         yield tmp
         if dest.exists():
