@@ -40,6 +40,7 @@ from data_prep.tiny_tasks.rl_prep import (
     rows_to_jsonl,
     write_stage_heldout,
 )
+from infra.layering import ConfigError
 
 
 class Endpoint(BaseModel):
@@ -286,6 +287,12 @@ def write_train(out_dir: Path, rows: Iterable[PromptRow], manifest: Manifest) ->
     manifest.add_output(train, write_jsonl(train, rows_to_jsonl(rows)))
     manifest.write(Path(out_dir) / "manifest.json")
     if not rows:
-        counts = [f"{s['step']} → {s['count']}" for s in manifest.data.get("steps", []) if "count" in s]
-        steps = ", ".join(counts)
-        raise ValueError(f"{out_dir}: no training prompt survived the filters ({steps}); see manifest.json")
+        done = [s for s in manifest.data.get("steps", []) if "count" in s]
+        steps = ", ".join(f"{s['step']} → {s['count']}" for s in done)
+        emptied = next((s["step"] for s in done if s["count"] == 0), "?")
+        raise ConfigError(
+            f"{out_dir}: no training prompt survived the filters ({steps}); step {emptied!r} removed the "
+            "last ones: relax it in the stage's `data` section (e.g. --set "
+            "data.learnability.drop_zero=false where the stage has a learnability filter) or start from a "
+            "stronger checkpoint; see manifest.json"
+        )

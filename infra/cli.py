@@ -65,6 +65,12 @@ def _error_line(exc: Exception) -> Text:
     return Text.assemble(("error: ", "bold red"), str(exc))
 
 
+def _print_table(table: Table) -> None:
+    """Print a table at the terminal's width, or unwrapped when the output is a file or a pipe."""
+    out = console if console.is_terminal else Console(width=240, file=console.file)
+    out.print(table)
+
+
 def _fail(exc: Exception) -> None:
     console.print(_error_line(exc), soft_wrap=True)
     raise typer.Exit(code=2)
@@ -76,7 +82,9 @@ def run(
     start: str | None = typer.Option(None, "--from", help="First stage to run (earlier ones must be done)."),
     until: str | None = typer.Option(None, "--until", help="Last stage to run."),
     only: str | None = typer.Option(None, "--only", help="Run just this stage."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Resolve and write configs; train nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Resolve and write configs; train nothing.", metavar=""
+    ),
     sets: list[str] = typer.Option([], "--set", help="Override: key.path=value or STAGE.key.path=value."),
     run_dir: Path | None = typer.Option(
         None, "--run-dir", help="Run directory (default runs/<recipe name>)."
@@ -118,8 +126,12 @@ def run(
 def plan(
     recipe: Path = typer.Argument(..., help="Recipe YAML with the production profile."),
     fmt: PlanFormat = typer.Option(PlanFormat.text, "--format", help="text or json."),
-    check: bool = typer.Option(False, "--check", help="Validate every command against slime's flags."),
-    execute: bool = typer.Option(False, "--execute", help="Run the runbook on the cluster (for real)."),
+    check: bool = typer.Option(
+        False, "--check", help="Validate every command against slime's flags.", metavar=""
+    ),
+    execute: bool = typer.Option(
+        False, "--execute", help="Run the runbook on the cluster (for real).", metavar=""
+    ),
     sets: list[str] = typer.Option([], "--set", help="Override: key.path=value or STAGE.key.path=value."),
 ) -> None:
     """Print the production runbook: per stage its commands, nodes and resources."""
@@ -170,7 +182,7 @@ def _print_status(run_dir: Path) -> None:
             e.output_checkpoint or "",
             metrics or (e.error or ""),
         )
-    console.print(table)
+    _print_table(table)
 
 
 @app.command()
@@ -252,7 +264,7 @@ def seeds(
         cells = row_cells(r, len(run_dirs))
         colour = colours.get(r.verdict, "default")
         table.add_row(*cells[:-1], f"[{colour}]{cells[-1]}[/]")
-    console.print(table)
+    _print_table(table)
     console.print(f"seed report written to {written} (plot: {written.with_suffix('.png').name})")
 
 

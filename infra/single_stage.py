@@ -16,6 +16,7 @@ from infra.atomic import atomic_write_json, atomic_write_text
 from infra.backend_registry import get_backend
 from infra.backends import Backend, StageJob
 from infra.handoff import write_handoff
+from infra.layering import ConfigError
 from infra.prep import run_data_prep
 from infra.recipe import ResolvedStage, dump_resolved
 
@@ -36,7 +37,10 @@ def run_single_stage(
     backend = backend or get_backend(stage.profile)
     console = console or Console()
     record = external_checkpoint_record(init_from)
-    backend.check_loads(Path(record["export"]))
+    try:
+        backend.check_loads(Path(record["export"]))
+    except ValueError as exc:
+        raise ConfigError(f"--init-from {init_from}: {exc}") from None
     init_ckpt = Path(record["export"])
     job = StageJob(stage=stage, stage_dir=stage_dir, init_checkpoint=init_ckpt, seed=seed, run_name=stage.id)
     atomic_write_text(stage_dir / "config.resolved.yaml", dump_resolved(stage))

@@ -44,3 +44,29 @@ def test_error_text_is_printed_without_markup(tmp_path: Path):
     recipe.write_text("name: [unclosed\n")
     out = _fails_in_one_line(["run", str(recipe)])
     assert "bad [draft].yaml" in out  # rich markup would have eaten "[draft]"
+
+
+def test_status_is_not_cut_at_80_columns_when_piped(tmp_path: Path):
+    from infra.manifest import RunManifest, StageEntry
+
+    m = RunManifest(recipe="r", recipe_file="r.yaml", profile="embedded", seed=0, base={"model": "micro"})
+    long = "01_reasoning_rl/export/with/a/rather/long/path/that/no/eighty/column/table/keeps"
+    m.stages = [StageEntry(id="01_reasoning_rl", folder="stages/01_reasoning_rl", kind="rl", status="done")]
+    m.stages[0].output_checkpoint = long
+    m.save(tmp_path)
+    result = RUNNER.invoke(app, ["status", str(tmp_path)])
+    assert result.exit_code == 0 and long in result.output
+
+
+def test_init_from_a_folder_that_is_no_checkpoint(tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    args = [
+        "stage",
+        "stages/01_reasoning_rl",
+        "prep",
+        "--init-from",
+        str(tmp_path),
+        "--run-dir",
+        str(tmp_path / "r"),
+    ]
+    _fails_in_one_line(args, f"--init-from {tmp_path}", "config.json missing")

@@ -143,7 +143,8 @@ def test_embedded_learnability_samples_the_input_checkpoint(tmp_path, monkeypatc
     stage = _stage("01_reasoning_rl", monkeypatch)
     stage.data_params.families = {"math": 4, "puzzle": 4, "science": 4}
     ctx = PrepContext(stage=stage, out_dir=tmp_path / "out", seed=0, profile="embedded", tokenizer_dir=micro)
-    with pytest.raises(ValueError, match="no training prompt survived the filters .*learnability → 0"):
+    survived = r"no training prompt survived the filters .*learnability → 0.*step 'learnability' removed"
+    with pytest.raises(ValueError, match=survived):
         stage.module("data_prep").prepare(ctx)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     step = {s["step"]: s for s in manifest["steps"]}["learnability"]
