@@ -3,7 +3,10 @@
 Each loader returns :class:`BenchmarkItem` (``id``, ``text``): the fields a contaminated training sample
 would copy (problem statement, prompt, instruction or user scenario). Files may be JSONL, JSON (a list
 or ``{"data"/"tasks": [...]}``), CSV or Parquet; Terminal-Bench may also be a directory of task folders
-(``instruction.md`` or ``task.yaml``). Records without the expected text field are dropped and counted.
+(``instruction.md`` or ``task.yaml``). Records without the expected text field, JSONL lines that are
+not UTF-8 or not a JSON object are dropped and counted; a file that cannot be read as a whole (wrong
+type, not UTF-8 JSON/CSV, unreadable Parquet) raises :class:`BenchmarkError` naming the benchmark and the
+file, in one line.
 
 Order and screening mode follow paper §3.1: ten chained sampled-phrase passes, then the math/knowledge
 benchmarks screened exhaustively (all 8-word phrases) and by dense retrieval.
@@ -44,36 +47,81 @@ class BenchmarkItem:
     text: str
 
 
-def _records(path: Path, malformed: MalformedCounter) -> Iterator[tuple[str, dict]]:
-    """Yield ``(where, record)`` from a JSONL/JSON/CSV/Parquet file."""
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        yield from read_jsonl(path, malformed)
-    elif suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(data, dict):
-            data = next(
-                (data[k] for k in ("data", "tasks", "items", "questions") if isinstance(data.get(k), list)),
-                [data],
-            )
-        for i, rec in enumerate(data):
-            if isinstance(rec, dict):
-                yield f"{path}[{i}]", rec
-            else:
-                malformed.add("not_an_object", f"{path}[{i}]")
-    elif suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as fh:
-            for i, rec in enumerate(csv.DictReader(fh), start=2):
-                yield f"{path}:{i}", rec
-    elif suffix == ".parquet":
-        import pyarrow.parquet as pq
+class BenchmarkError(ValueError):
+    """A benchmark file (or name) that cannot be used; the message is one line naming it."""
 
-        for i, rec in enumerate(pq.read_table(path).to_pylist()):
-            yield f"{path}[{i}]", rec
-    else:
-        raise ValueError(
-            f"{path}: unsupported benchmark file type {suffix!r} (use .jsonl, .json, .csv, .parquet)"
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _json_records(path: Path, malformed: MalformedCounter) -> Iterator[tuple[str, dict]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        data = next(
+            (data[k] for k in ("data", "tasks", "items", "questions") if isinstance(data.get(k), list)),
+            [data],
         )
+    if not isinstance(data, list):
+        raise ValueError(f"expected a JSON list or object, found {type(data).__name__}")
+    for i, rec in enumerate(data):
+        if isinstance(rec, dict):
+            yield f"{path}[{i}]", rec
+        else:
+            malformed.add("not_an_object", f"{path}[{i}]")
+
+
+def _csv_records(path: Path) -> Iterator[tuple[str, dict]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        for i, rec in enumerate(csv.DictReader(fh), start=2):
+            yield f"{path}:{i}", rec
+
+
+def _parquet_records(path: Path) -> Iterator[tuple[str, dict]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ValueError("reading .parquet needs pyarrow (pip install pyarrow)") from exc
+    for i, rec in enumerate(pq.read_table(path).to_pylist()):
+        if isinstance(rec, dict):
+            yield f"{path}[{i}]", rec
+
+
+def benchmark_records(name: str, path: str | Path, malformed: MalformedCounter) -> Iterator[tuple[str, dict]]:
+    """Yield ``(where, record)`` from benchmark ``name``'s JSONL/JSON/CSV/Parquet file.
+
+    Bad JSONL lines are dropped and counted in ``malformed``; a file that cannot be read as a whole
+    raises :class:`BenchmarkError` (``benchmark NAME: FILE: why``).
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    readers = {
+        ".jsonl": lambda: read_jsonl(path, malformed),
+        ".json": lambda: _json_records(path, malformed),
+        ".csv": lambda: _csv_records(path),
+        ".parquet": lambda: _parquet_records(path),
+    }
+    if not path.exists():
+        raise BenchmarkError(f"benchmark {name}: {path} does not exist")
+    if path.is_dir():
+        raise BenchmarkError(f"benchmark {name}: {path} is a directory (expected a file)")
+    if suffix not in readers:
+        raise BenchmarkError(
+            f"benchmark {name}: {path}: unsupported file type {suffix or '(none)'!r} "
+            "(use .jsonl, .json, .csv or .parquet)"
+        )
+    try:
+        yield from readers[suffix]()
+    except UnicodeDecodeError as exc:
+        raise BenchmarkError(
+            f"benchmark {name}: {path}: not UTF-8 text (invalid byte at offset {exc.start})"
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise BenchmarkError(
+            f"benchmark {name}: {path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        ) from exc
+    except (OSError, ValueError, csv.Error, RecursionError) as exc:
+        raise BenchmarkError(f"benchmark {name}: {path}: cannot be read ({_one_line(exc)})") from exc
 
 
 def _first(rec: dict, keys: tuple[str, ...]) -> Any:
@@ -139,24 +187,39 @@ def _terminal_bench_dir(path: Path, malformed: MalformedCounter) -> list[Benchma
 
     items = []
     for task in sorted(p for p in path.iterdir() if p.is_dir()):
-        if (task / "instruction.md").is_file():
-            items.append(BenchmarkItem(task.name, (task / "instruction.md").read_text(encoding="utf-8")))
-        elif (task / "task.yaml").is_file():
-            data = yaml.safe_load((task / "task.yaml").read_text(encoding="utf-8")) or {}
-            text = data.get("instruction") if isinstance(data, dict) else None
-            if isinstance(text, str) and text.strip():
-                items.append(BenchmarkItem(task.name, text))
+        try:
+            if (task / "instruction.md").is_file():
+                text = (task / "instruction.md").read_text(encoding="utf-8")
+                source = task / "instruction.md"
+            elif (task / "task.yaml").is_file():
+                source = task / "task.yaml"
+                data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+                text = data.get("instruction") if isinstance(data, dict) else None
             else:
-                malformed.add("missing_text", str(task / "task.yaml"))
+                malformed.add("missing_text", str(task), "no instruction.md or task.yaml")
+                continue
+        except UnicodeDecodeError:
+            malformed.add("not_utf8", str(task))
+            continue
+        except yaml.YAMLError as exc:
+            malformed.add("invalid_yaml", str(task / "task.yaml"), _one_line(exc))
+            continue
+        if isinstance(text, str) and text.strip():
+            items.append(BenchmarkItem(task.name, text))
         else:
-            malformed.add("missing_text", str(task), "no instruction.md or task.yaml")
+            malformed.add("missing_text", str(source))
     return items
 
 
 def load_benchmark(
     name: str, path: str | Path, malformed: MalformedCounter | None = None
 ) -> list[BenchmarkItem]:
-    """Load benchmark ``name`` from a local file (or Terminal-Bench task directory) in its public format."""
+    """Load benchmark ``name`` from a local file (or Terminal-Bench task directory) in its public format.
+
+    Raises ``KeyError`` for a name not in the registry, :class:`BenchmarkError` for a file that cannot be
+    read (records that cannot be used are dropped and counted in ``malformed``). An empty result is
+    returned as it is: callers that need items check for it (see ``decontam_pipeline.load_benchmarks``).
+    """
     if name not in _EXTRACTORS:
         raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(ALL_BENCHMARKS)}")
     malformed = malformed if malformed is not None else MalformedCounter()
@@ -165,13 +228,16 @@ def load_benchmark(
         raise FileNotFoundError(f"benchmark {name}: {path} does not exist")
     if path.is_dir():
         if name != "terminal-bench-2.0":
-            raise ValueError(
+            raise BenchmarkError(
                 f"benchmark {name}: {path} is a directory; only terminal-bench-2.0 reads task folders"
             )
-        return _terminal_bench_dir(path, malformed)
+        try:
+            return _terminal_bench_dir(path, malformed)
+        except OSError as exc:
+            raise BenchmarkError(f"benchmark {name}: {path}: cannot be read ({_one_line(exc)})") from exc
     extract = _EXTRACTORS[name]
     items = []
-    for i, (where, rec) in enumerate(_records(path, malformed)):
+    for i, (where, rec) in enumerate(benchmark_records(name, path, malformed)):
         item = extract(rec, i)
         if item is None:
             malformed.add("missing_text", where, f"no text field for {name}")

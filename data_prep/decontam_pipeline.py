@@ -3,7 +3,13 @@
 Used by ``rufus decontam`` and by the SFT builder and RL prompt preparation (the same screen runs over
 every prompt set). Benchmarks run in the paper's order: the ten chained sampled-phrase passes first,
 then the math/knowledge benchmarks with the exhaustive phrase screen; those also go to the optional
-dense-retrieval review.
+dense-retrieval review. Custom held-out sets (``name -> file`` with the text field named in ``fields``)
+run after the registered benchmarks, with the sampled-phrase screen.
+
+Benchmark and corpus records that cannot be used are counted apart: each benchmark's drops go to its own
+counter (``DecontamReport.benchmark_malformed``), the corpus's to the counter returned with the report. A
+benchmark that yields no item, or no item long enough to screen, is a :class:`BenchmarkError`: a screen
+that checks nothing must not report "removed 0".
 """
 
 from __future__ import annotations
@@ -14,8 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.benchmarks import ALL_BENCHMARKS, EXHAUSTIVE, BenchmarkItem, load_benchmark
-from data_prep.decontaminate import THRESHOLD, Match, PhraseIndex, build_index, iter_scan
+from data_prep.benchmarks import (
+    ALL_BENCHMARKS,
+    EXHAUSTIVE,
+    BenchmarkError,
+    BenchmarkItem,
+    benchmark_records,
+    load_benchmark,
+)
+from data_prep.decontaminate import SHORT_MIN_WORDS, THRESHOLD, Match, PhraseIndex, build_index, iter_scan
 from data_prep.io import JsonlWriter, MalformedCounter, read_jsonl
 
 
@@ -42,27 +55,119 @@ def _turn_text(turn: Any) -> list[str]:
     return parts
 
 
-def row_text(row: dict) -> str | None:
-    """The concatenation of all turns of a corpus row (messages, conversations or prompt), or None."""
-    for key in ("messages", "conversations", "prompt"):
-        value = row.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-        if isinstance(value, list) and value:
-            return "\n".join(part for turn in value for part in _turn_text(turn))
+def _value_text(value: Any) -> str | None:
+    """A non-blank string as it is, or the turns of a non-empty list of messages joined by newlines."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value:
+        return "\n".join(part for turn in value for part in _turn_text(turn))
     return None
 
 
+def row_text(row: dict) -> str | None:
+    """The concatenation of all turns of a corpus row (messages, conversations or prompt), or None."""
+    for key in ("messages", "conversations", "prompt"):
+        text = _value_text(row.get(key))
+        if text is not None:
+            return text
+    return None
+
+
+def field_text(value: Any) -> str | None:
+    """The text of one field: a string, or a list of chat messages whose contents are joined; else None."""
+    text = _value_text(value)
+    return text if text is not None and text.strip() else None
+
+
+def load_custom_benchmark(
+    name: str, path: str | Path, text_field: str, malformed: MalformedCounter | None = None
+) -> list[BenchmarkItem]:
+    """Load a held-out set not in the registry: rows of ``path`` with their text in ``text_field``.
+
+    The field may hold a string or a list of chat messages (as :func:`row_text` reads them). A row
+    without the field (``missing_field``) or whose field holds no text (``no_text``) is dropped and
+    counted; the item id is the row's ``id`` (or ``key``), else its position.
+    """
+    malformed = malformed if malformed is not None else MalformedCounter()
+    items = []
+    for i, (where, rec) in enumerate(benchmark_records(name, path, malformed)):
+        if text_field not in rec:
+            malformed.add("missing_field", where, f"no field {text_field!r}")
+            continue
+        text = field_text(rec[text_field])
+        if text is None:
+            malformed.add("no_text", where, f"field {text_field!r} holds no text")
+            continue
+        ident = next((rec[k] for k in ("id", "key") if isinstance(rec.get(k), (str, int))), i)
+        items.append(BenchmarkItem(str(ident), text))
+    return items
+
+
+def _dropped(counter: MalformedCounter) -> str:
+    reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(counter.counts.items()))
+    return f"{counter.total} record(s) dropped: {reasons}"
+
+
 def load_benchmarks(
-    specs: Mapping[str, str | Path], malformed: MalformedCounter
+    specs: Mapping[str, str | Path],
+    malformed: MalformedCounter,
+    fields: Mapping[str, str] | None = None,
+    *,
+    per_benchmark: dict[str, MalformedCounter] | None = None,
+    require_items: bool = False,
 ) -> list[tuple[str, list[BenchmarkItem], bool]]:
-    """Load ``name -> file`` benchmarks and order them as the paper chains them."""
-    unknown = sorted(set(specs) - set(ALL_BENCHMARKS))
+    """Load ``name -> file`` benchmarks and order them as the paper chains them.
+
+    Names in ``fields`` (``name -> text field``) are custom held-out sets (:func:`load_custom_benchmark`),
+    screened after the registered benchmarks in the order given. Dropped records are counted in
+    ``malformed`` and, when ``per_benchmark`` is given, in one counter per benchmark there too. With
+    ``require_items`` a benchmark that yields no item raises :class:`BenchmarkError`.
+    """
+    fields = dict(fields or {})
+    clash = sorted(set(fields) & set(ALL_BENCHMARKS))
+    if clash:
+        raise BenchmarkError(
+            f"benchmark {clash[0]} is registered and read in its public format; "
+            "give a custom set with a text field another name"
+        )
+    stray = sorted(set(fields) - set(specs))
+    if stray:
+        raise BenchmarkError(f"text field given for {stray[0]}, which has no benchmark file")
+    unknown = sorted(set(specs) - set(ALL_BENCHMARKS) - set(fields))
     if unknown:
         raise KeyError(f"unknown benchmark(s) {unknown}; known: {', '.join(ALL_BENCHMARKS)}")
-    return [
-        (n, load_benchmark(n, specs[n], malformed), n in EXHAUSTIVE) for n in ALL_BENCHMARKS if n in specs
-    ]
+    order = [n for n in ALL_BENCHMARKS if n in specs] + [n for n in specs if n in fields]
+    loaded = []
+    for name in order:
+        counter = MalformedCounter()
+        if name in fields:
+            items = load_custom_benchmark(name, specs[name], fields[name], counter)
+        else:
+            items = load_benchmark(name, specs[name], counter)
+        malformed.merge(counter)
+        if per_benchmark is not None:
+            per_benchmark[name] = counter
+        if require_items and not items:
+            if not counter.total:
+                raise BenchmarkError(f"benchmark {name}: no items in {specs[name]} (the file has no records)")
+            hint = f"is {fields[name]!r} its text field?" if name in fields else f"is it in {name}'s format?"
+            raise BenchmarkError(f"benchmark {name}: no items in {specs[name]} ({_dropped(counter)}; {hint})")
+        loaded.append((name, items, name in EXHAUSTIVE))
+    return loaded
+
+
+def require_screenable(
+    index: PhraseIndex,
+    loaded: list[tuple[str, list[BenchmarkItem], bool]],
+    specs: Mapping[str, str | Path],
+) -> None:
+    """Raise :class:`BenchmarkError` for a benchmark none of whose items is long enough to screen."""
+    for name, items, _ in loaded:
+        if items and index.skipped_short.get(name, 0) == len(items):
+            raise BenchmarkError(
+                f"benchmark {name}: none of the {len(items)} item(s) in {specs[name]} has the "
+                f"{SHORT_MIN_WORDS} words needed to screen for it"
+            )
 
 
 @dataclass
@@ -78,6 +183,8 @@ class DecontamReport:
     removed_ids: list[str] = field(default_factory=list)
     removed_per_benchmark: Counter = field(default_factory=Counter)
     dense_review_pairs: int = 0
+    # Dropped benchmark records per benchmark (filled by decontaminate_file; not part of as_dict).
+    benchmark_malformed: dict[str, MalformedCounter] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (``removed_ids`` and counts per benchmark in chain order)."""
@@ -142,6 +249,7 @@ def decontaminate_file(
     benchmarks: Mapping[str, str | Path],
     out_dir: str | Path,
     *,
+    fields: Mapping[str, str] | None = None,
     workers: int = 1,
     dense_model: str | None = None,
     dense: bool = False,
@@ -149,13 +257,21 @@ def decontaminate_file(
 ) -> tuple[DecontamReport, MalformedCounter, dict[str, str]]:
     """Screen ``corpus`` and write ``kept.jsonl``, ``removed.jsonl`` (and ``dense_review.jsonl``).
 
-    Returns the report, the malformed-row counter and the sha256 of each output file.
+    ``fields`` names the text field of custom (unregistered) benchmarks. Returns the report (with
+    ``benchmark_malformed``), the corpus's malformed-row counter (lines that are not UTF-8, not JSON,
+    not objects, or lack an id or text, each with its ``file:line``) and the sha256 of each output file.
+    Raises :class:`BenchmarkError` before writing anything when a benchmark yields no screenable item.
     """
     out_dir = Path(out_dir)
-    malformed = MalformedCounter()
-    loaded = load_benchmarks(benchmarks, malformed)
+    per_benchmark: dict[str, MalformedCounter] = {}
+    loaded = load_benchmarks(
+        benchmarks, MalformedCounter(), fields, per_benchmark=per_benchmark, require_items=True
+    )
     index = build_index(loaded)
+    require_screenable(index, loaded, benchmarks)
     report = new_report(index, loaded)
+    report.benchmark_malformed = per_benchmark
+    malformed = MalformedCounter()
     hashes: dict[str, str] = {}
     with JsonlWriter(out_dir / "kept.jsonl") as kept, JsonlWriter(out_dir / "removed.jsonl") as removed:
         for row, match in screen_rows(

@@ -52,12 +52,25 @@ class MalformedCounter:
 
 
 def read_jsonl(path: str | Path, malformed: MalformedCounter | None = None) -> Iterator[tuple[str, dict]]:
-    """Yield ``(file:line, row)`` for each JSON object line; bad lines are dropped and counted."""
+    """Yield ``(file:line, row)`` for each JSON-object line of ``path``; nothing is silently altered.
+
+    A line that is not valid UTF-8 is dropped and counted (``not_utf8``), never read with replacement
+    characters, and so is a line whose strings hold a lone surrogate escape (``invalid_unicode``: it
+    could not be written back as UTF-8); so are invalid JSON (``invalid_json``) and non-objects
+    (``not_an_object``).
+    """
     malformed = malformed if malformed is not None else MalformedCounter()
     path = Path(path)
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
             where = f"{path}:{lineno}"
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                malformed.add("not_utf8", where, f"invalid byte at column {exc.start + 1}")
+                continue
             if not line.strip():
                 continue
             try:
@@ -65,9 +78,18 @@ def read_jsonl(path: str | Path, malformed: MalformedCounter | None = None) -> I
             except json.JSONDecodeError as exc:
                 malformed.add("invalid_json", where, exc.msg)
                 continue
+            except RecursionError:
+                malformed.add("invalid_json", where, "nested too deeply")
+                continue
             if not isinstance(row, dict):
                 malformed.add("not_an_object", where, type(row).__name__)
                 continue
+            if "\\ud" in line or "\\uD" in line:  # possibly a lone surrogate escape
+                try:
+                    json.dumps(row, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError:
+                    malformed.add("invalid_unicode", where, "lone surrogate escape")
+                    continue
             yield where, row
 
 

@@ -35,11 +35,11 @@ console = Console()
 
 def _mount_subcommands() -> None:
     """Attach the commands that live beside their packages (decontam, reward code, rollout)."""
-    from data_prep.cli import decontam_app
+    from data_prep.cli import decontam
     from infra.agents.cli import rollout
     from rewards.code_cli import score_pairs_cli
 
-    app.add_typer(decontam_app, name="decontam")
+    app.command("decontam")(decontam)  # a plain command: its usage shows options, no COMMAND
     app.command("rollout")(rollout)
     reward_app.command("code")(score_pairs_cli)
 
