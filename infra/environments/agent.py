@@ -121,6 +121,7 @@ class AgentToolEnvironment(Environment):
 
     name = AGENT
     Options = AgentOptions
+    multi_turn = True
 
     def agent_env(self) -> Any:
         """Return a fresh agent environment (environments keep per-episode state)."""

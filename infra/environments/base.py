@@ -5,7 +5,7 @@ writes), its tools (none for single-turn), how one episode is rolled out against
 an episode is scored (a :class:`~rewards.contract.RewardResult`, ``aborted`` for infrastructure
 failures). Both backends consume the same shape: the embedded trainer calls :meth:`Environment.rollout`
 on the model it trains, the production backend renders :meth:`Environment.slime_settings` into slime's
-hook YAML and routes slime's custom generate hook to :meth:`Environment.slime_generate`.
+hook YAML and routes slime's custom generate hook to a multi-turn environment's ``slime_generate``.
 
 Written here rather than taken from ``verifiers`` (``load_environment``) or open-instruct's
 ``RLEnvironment``: neither installs beside slime's pinned stack, and both return text rollouts, while the
@@ -110,6 +110,14 @@ class Environment(ABC):
 
     name: ClassVar[str] = ""
     Options: ClassVar[type[BaseModel]] = NoOptions
+    #: True when slime must call the environment's ``async slime_generate(args, sample, sampling_params,
+    #: evaluation)`` instead of its own single-turn generate; such an environment defines that method.
+    multi_turn: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.multi_turn and not callable(getattr(cls, "slime_generate", None)):
+            raise TypeError(f"{cls.__qualname__}: a multi-turn environment defines slime_generate")
 
     def __init__(self, options: BaseModel | None = None, *, reward: str | None = None) -> None:
         self.options = options if options is not None else self.Options()
@@ -143,17 +151,6 @@ class Environment(ABC):
     def slime_settings(self) -> dict[str, Any]:
         """Extra keys for the stage's ``--custom-config-path`` YAML (slime sets them on ``args``)."""
         return {}
-
-    @property
-    def multi_turn(self) -> bool:
-        """True when slime must call :meth:`slime_generate` instead of its own single-turn generate."""
-        return type(self).slime_generate is not Environment.slime_generate
-
-    async def slime_generate(
-        self, args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
-    ) -> Any:
-        """slime custom generate for one sample (multi-turn environments override it)."""
-        raise NotImplementedError(f"environment {self.name!r} uses slime's own generate")
 
 
 # ---- registry ------------------------------------------------------------------------------------------

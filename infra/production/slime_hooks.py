@@ -23,6 +23,8 @@ so the module imports (and is tested) without slime installed.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -175,21 +177,37 @@ def load_stage_files(args: Any) -> None:
 
     They register the stage's own rewards and environments, which the hooks then look up by name.
     """
+    _import_stage_files(tuple(getattr(args, "rufus_stage_files", None) or ()))
+
+
+@functools.cache
+def _import_stage_files(paths: tuple[str, ...]) -> None:
     from infra.recipe import import_stage_file
 
-    for path in getattr(args, "rufus_stage_files", None) or []:
+    for path in paths:
         import_stage_file(Path(path))
 
 
 def environment_from_args(args: Any) -> Any:
-    """Build the stage's environment from ``rufus_environment`` (``single_turn`` when absent)."""
-    from infra.environments import SINGLE_TURN, build_environment
+    """The stage's environment from ``rufus_environment`` (``single_turn`` when absent), built once.
+
+    slime calls the hooks once per sample; the hook YAML is fixed for the run, so the environment built
+    from it is reused.
+    """
+    from infra.environments import SINGLE_TURN
 
     load_stage_files(args)
     spec = dict(getattr(args, "rufus_environment", None) or {"name": SINGLE_TURN})
-    return build_environment(
-        spec["name"], spec.get("options") or {}, reward=getattr(args, "rufus_reward", None)
-    )
+    key = json.dumps([spec["name"], spec.get("options") or {}], sort_keys=True)
+    return _environment(key, getattr(args, "rufus_reward", None))
+
+
+@functools.cache
+def _environment(key: str, reward: str | None) -> Any:
+    from infra.environments import build_environment
+
+    name, options = json.loads(key)
+    return build_environment(name, options, reward=reward)
 
 
 async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
