@@ -74,24 +74,29 @@ def test_binary_json_benchmark_file_is_named(tmp_path):
     )
 
 
-def test_another_benchmarks_format_is_an_error(tmp_path):
-    # IFEval rows ({"key", "prompt"}) given as AIME (which reads "problem"): every record is dropped.
-    _fails_in_one_line(
-        ["-b", f"aime24={IFEVAL}", "--corpus", str(_clean_corpus(tmp_path)), "--out", str(tmp_path / "o")],
-        "benchmark aime24",
-        str(IFEVAL),
-        "missing_text 3",
-    )
-
-
-def test_benchmark_with_only_too_short_items_is_an_error(tmp_path):
+def _short_ifeval(tmp_path: Path) -> Path:
     bench = tmp_path / "ifeval.jsonl"
     bench.write_text(json.dumps({"key": 1, "prompt": "Write a haiku."}) + "\n")
+    return bench
+
+
+@pytest.mark.parametrize(
+    ("name", "make_file", "reason"),
+    [
+        # IFEval rows ({"key", "prompt"}) given as AIME (which reads "problem"): every record is dropped.
+        ("aime24", lambda tmp_path: IFEVAL, "missing_text 3"),
+        # every item shorter than the screen needs
+        ("ifeval", _short_ifeval, "needed to screen"),
+    ],
+    ids=["another_benchmarks_format", "only_too_short_items"],
+)
+def test_benchmark_that_yields_nothing_to_screen_is_an_error(tmp_path, name, make_file, reason):
+    bench = make_file(tmp_path)
     _fails_in_one_line(
-        ["-b", f"ifeval={bench}", "--corpus", str(_clean_corpus(tmp_path)), "--out", str(tmp_path / "o")],
-        "benchmark ifeval",
+        ["-b", f"{name}={bench}", "--corpus", str(_clean_corpus(tmp_path)), "--out", str(tmp_path / "o")],
+        f"benchmark {name}",
         str(bench),
-        "needed to screen",
+        reason,
     )
 
 
