@@ -133,8 +133,8 @@ class Driver:
         return m
 
     # --------------------------------------------------------------------- base
-    def _signed_or_refuse(self, name: str, stage_dir: Path) -> bool:
-        """True when ``stage_dir`` holds a handoff its files still match; False when it holds none.
+    def _signed_or_refuse(self, name: str, stage_dir: Path, expected_template: str | None = None) -> bool:
+        """True when ``stage_dir`` holds a handoff its files (and chat template) still match; False when none.
 
         A handoff whose files no longer match is never re-signed: the run stops with the file named,
         unless ``--rebuild NAME`` asked to delete that output and build it again from its verified input.
@@ -142,7 +142,7 @@ class Driver:
         if not (stage_dir / HANDOFF).is_file():
             return False
         try:
-            verify_handoff(stage_dir)
+            verify_handoff(stage_dir, expected_template=expected_template)
             return True
         except HandoffError as exc:
             if name not in self.rebuild:
@@ -238,8 +238,9 @@ class Driver:
                     highlight=False,
                 )
             _clear_outputs(stage_dir)
-        elif self._signed_or_refuse(stage.id, stage_dir) and entry.status == "done":
-            verify_handoff(stage_dir, expected_template=self._expected_template(manifest))
+        elif self._signed_or_refuse(stage.id, stage_dir, self._expected_template(manifest)) and (
+            entry.status == "done"
+        ):
             self.console.print(f"[green]✓[/] {stage.id}: done, hashes match — skipped")
             return stage_dir
         resuming = entry.status == "running" and entry.started_at is not None
