@@ -5,14 +5,16 @@ calls/results as structured messages, so the chat template (GLM-4.5 markup in pr
 on the embedded micro model) decides the tokens and the mask follows the messages.
 
 RL rows (``PromptRow``) are what every RL stage's data prep writes and what slime reads with
-``--input-key prompt --label-key label --metadata-key metadata --tool-key tools``.
+``--input-key prompt --label-key label --metadata-key metadata --tool-key tools``. ``tools`` is always a
+list (``[]`` without tools): slime's ``Dataset`` asserts that a present tool key holds a list, and both chat
+templates render ``[]`` exactly as no tools.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -68,4 +70,9 @@ class PromptRow(BaseModel):
     prompt: list[dict[str, Any]]
     label: Any = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="JSON tool schemas; [] for none.")
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _none_is_no_tools(cls, v: Any) -> Any:
+        return [] if v is None else v

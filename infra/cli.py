@@ -140,10 +140,10 @@ def plan(
 
     try:
         loaded = load_recipe(recipe, sets=sets, profile="production")
+        plans = render_plan(loaded)
     except ConfigError as exc:
         _fail(exc)
         return
-    plans = render_plan(loaded)
     typer.echo(format_plan(plans, fmt.value))
     if check:
         problems = check_plan(plans)

@@ -50,17 +50,13 @@ def _toy(req):
     return RewardResult(score=1.0 if req.response == req.label else 0.0)
 
 
-@pytest.fixture(autouse=True)
-def _slime_status(monkeypatch):
-    monkeypatch.setattr(slime_hooks, "_status", lambda name: getattr(Status, name))
-
-
 def test_reward_scores_aborts_and_fails_closed():
     args = SimpleNamespace(rufus_reward="test_prod_hooks")
     ok = Sample(prompt=[{"role": "user", "content": "q"}], response="7", label="7")
     assert asyncio.run(slime_hooks.reward(args, ok)) == 1.0
     infra = Sample(response="infra", label="7")
-    assert asyncio.run(slime_hooks.reward(args, infra)) is None and infra.status is Status.ABORTED
+    # a float (slime sums and rounds rewards), flagged so post-process and filters drop it
+    assert asyncio.run(slime_hooks.reward(args, infra)) == 0.0 and infra.metadata["rufus_aborted"]
     crash = Sample(response="boom", label="7")
     assert asyncio.run(slime_hooks.reward(args, crash)) == 0.0
     assert crash.metadata["reward_failure"] == "verifier_error"
@@ -118,7 +114,44 @@ def test_fireflash_loss_from_log_probs_uses_attempt_normalisation():
         "rollout_log_probs": [torch.zeros(2), torch.zeros(3)],
     }
     loss, metrics = fireflash_loss_from_log_probs(args, batch, lp)
-    # per attempt: -A * tokens / max(tokens, 4): (-2/4 + 3/4) / 2 = 0.125
-    assert float(loss.detach()) == pytest.approx(0.125)
+    # per attempt: -A * tokens / max(tokens, 4), summed (slime's custom-loss contract): -2/4 + 3/4 = 0.25
+    assert float(loss.detach()) == pytest.approx(0.25)
     loss.backward()
     assert lp[0].grad is not None and "tis_weight_mean" in metrics
+
+
+def test_aborted_reward_leaves_training_through_post_process():
+    """A fully aborted group: floats everywhere, every sample removed, zero advantages."""
+    args = SimpleNamespace(n_samples_per_prompt=2, rufus_advantage="grpo", rufus_reward="test_prod_hooks")
+    g = [Sample(response="infra", label="7"), Sample(response="infra", label="7")]
+    for s in g:
+        s.reward = asyncio.run(slime_hooks.reward(args, s))
+    raw, adv = slime_hooks.post_process_rewards(args, g)
+    assert raw == [0.0, 0.0] and adv == [0.0, 0.0] and all(s.remove_sample for s in g)
+
+
+def test_rendered_glm_prompt_is_given_to_the_judge_as_messages():
+    text = (
+        "[gMASK]<sop><|system|>\nBe brief.<|user|>\nHi<|assistant|>\n<think></think>\nHello"
+        "<|user|>\nAgain<|assistant|>"
+    )
+    assert slime_hooks.prompt_messages(text) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Again"},
+    ]
+    assert slime_hooks.prompt_messages("plain") == [{"role": "user", "content": "plain"}]
+
+
+def test_hook_yaml_writes_tis_bounds_only_for_the_custom_loss():
+    from infra.production.render import hook_settings
+    from infra.recipe import load_recipe
+    from tests.test_production_plan import RECIPE
+
+    stage = load_recipe(RECIPE, profile="production").stages[1]
+    assert "rufus_tis_clip_low" not in hook_settings(stage.id, stage.config)
+    cfg = stage.config.model_copy(deep=True)
+    cfg.rl.policy.loss_reduction = "attempt"
+    settings = hook_settings(stage.id, cfg)
+    assert settings["rufus_tis_clip_high"] == 2.0 and "rufus_tis_clip_low" not in settings

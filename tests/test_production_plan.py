@@ -84,8 +84,31 @@ def test_sft_and_rl_specifics(plans):
     coding = plans[2]
     assert len(coding.trains) == 2
     p1 = coding.trains[1].argv
-    assert p1[p1.index("--start-rollout-id") + 1] == "23" and p1[p1.index("--num-rollout") + 1] == "34"
+    # phase 1 loads and saves its own folder (seeded from phase 0's last iteration): a restart resumes it
+    assert "--start-rollout-id" not in p1 and p1[p1.index("--num-rollout") + 1] == "34"
+    assert (
+        p1[p1.index("--load") + 1]
+        == p1[p1.index("--save") + 1]
+        == "/mnt/rufus/ckpt/02_coding_rl/torch_dist_phase1"
+    )
+    seed = {s.name: s.argv for s in coding.steps}["seed_phase1"]
+    assert (
+        seed[seed.index("--from") + 1].endswith("02_coding_rl/torch_dist")
+        and seed[-1] == p1[p1.index("--load") + 1]
+    )
+    names = [s.name for s in coding.steps]
+    assert names.index("train_phase0") < names.index("seed_phase1") < names.index("train_phase1")
     assert "--use-kl-loss" in p1 and p1[p1.index("--kl-loss-coef") + 1] == "1e-06"
+    # 128K phase: prompt + response stays below the model's context (SGLang refuses otherwise)
+    assert (
+        int(p1[p1.index("--rollout-max-prompt-len") + 1])
+        + int(p1[p1.index("--rollout-max-response-len") + 1])
+        < 131072
+    )
+    # GSPO stages: per-sequence mean (no per-token flag); RL stages write no (FP8) HF snapshots
+    for p in plans[1:3]:
+        assert "--calculate-per-token-loss" not in p.trains[0].argv and "--save-hf" not in p.trains[0].argv
+    assert "--calculate-per-token-loss" in plans[3].trains[0].argv  # GRPO keeps slime's token mean
 
 
 def test_eval_sampling_and_seeds(plans):
@@ -176,6 +199,7 @@ def test_multi_turn_environment_renders_generate_hook_and_stage_files():
     import yaml
 
     calc = load_recipe(RECIPE.parent / "tiny-calculator.yaml", profile="production")
+    calc.recipe.base.model = "zai-org/GLM-4.5-Air-Base"  # tiny-calculator's micro base cannot run there
     plans = render_plan(calc)
     assert check_plan(plans) == []
     *single, agent = plans
@@ -193,3 +217,50 @@ def test_multi_turn_environment_renders_generate_hook_and_stage_files():
     for plan in single:
         for t in plan.trains:
             assert "--custom-generate-function-path" not in t.argv
+
+
+@pytest.mark.parametrize("recipe", ["tiny.yaml", "tiny-calculator.yaml"])
+def test_plan_refuses_a_base_model_production_cannot_run(recipe):
+    from typer.testing import CliRunner
+
+    from infra.cli import app
+
+    result = CliRunner().invoke(app, ["plan", str(RECIPE.parent / recipe), "--check"])
+    assert result.exit_code == 2
+    assert "base.model 'micro' cannot run in production" in result.output
+    assert "--hf-checkpoint" not in result.output
+
+
+def test_context_fp8_and_gspo_rules():
+    from infra.production.validate import context_problems, fp8_problems, loss_reduction_problems
+
+    over = ["--rollout-max-prompt-len", "8192", "--rollout-max-response-len", "131072"]
+    assert any("must be < context 131072" in p for p in context_problems(over))
+    ok = ["--rollout-max-prompt-len", "8192", "--rollout-max-response-len", "122879"]
+    assert context_problems(ok) == []
+    block = ["convert_hf_to_fp8.py", "--strategy", "block", "--block-size", "128", "128"]
+    engine = ["--rollout-num-gpus-per-engine", "8"]
+    probs = fp8_problems(block, engine)
+    assert any("shared-expert width 1408/8 = 176" in p for p in probs)
+    assert any("routed-expert" in p for p in probs)
+    assert not any("routed-expert" in p for p in fp8_problems(block, [*engine, "--sglang-ep-size", "8"]))
+    assert fp8_problems(["convert_hf_to_fp8.py", "--strategy", "tensor"], engine) == []
+    gspo = ["--advantage-estimator", "gspo", "--calculate-per-token-loss"]
+    assert loss_reduction_problems(gspo) and not loss_reduction_problems(gspo[:2])
+
+
+def test_judge_settings_reach_the_ray_runtime_env(plans):
+    submit = {s.name: s.argv for s in plans[3].steps}["train_phase0"]
+    env = next(t for t in submit if t.startswith("--runtime-env-json="))
+    for name in ("RUFUS_JUDGE_BASE_URL", "RUFUS_JUDGE_MODEL", "RUFUS_JUDGE_API_KEY"):
+        assert f'"{name}": "${{{name}:-}}"' in env
+    assert "RUFUS_JUDGE_MODEL" in next(iter(plans[3].rayjobs.values()))
+
+
+def test_fp8_copy_is_per_tensor_and_disk_is_stated(plans):
+    convert = {s.name: s.argv for s in plans[1].steps}["fp8_convert_0"]
+    assert convert[convert.index("--strategy") + 1] == "tensor" and "--block-size" not in convert
+    assert not any(s.name.startswith("fp8_convert_1") for s in plans[1].steps)  # no BF16-layer restore
+    export = {s.name: s.argv for s in plans[1].steps}["export_hf"]
+    assert export[export.index("--carry-mtp-from-layer") + 1] == "46"
+    assert [p.disk_tb for p in plans][1:] == [8.9, 11.8, 13.3]

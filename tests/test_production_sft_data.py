@@ -1,4 +1,4 @@
-"""GLM-correct SFT masks under a GLM-4.5-style chat template, plus the handoff and FP8-layer file steps.
+"""GLM-correct SFT masks under a GLM-4.5-style chat template, packed SFT tokens, and the handoff file steps.
 
 The real GLM tokenizer is not available offline; the test builds a word-level tokenizer with GLM's
 special tokens (``infra.embedded.tokenizer_build.GLM_SPECIAL_TOKENS``) and a template written for this
@@ -15,8 +15,8 @@ import pytest
 
 from data_prep.schema import Message, SFTSample
 from infra.embedded.tokenizer_build import GLM_SPECIAL_TOKENS
-from infra.production.handoff import iteration_dir, verify_handoff
-from infra.production.sft_data import glm_tokens_and_mask
+from infra.production.handoff import carry_mtp, iteration_dir, seed_phase, verify_handoff
+from infra.production.sft_data import glm_tokens_and_mask, pack, read_tokens, tokenize_file, tokens_path
 from infra.production.sft_rollout import fill_sft_sample
 
 TEMPLATE = (
@@ -91,14 +91,80 @@ def test_unsupervised_turn_and_observation_are_masked(tok):
     assert trained == ["<think>", "</think>", "sure", "<|endoftext|>"]
 
 
-def test_sft_rollout_fills_sample():
-    class S:
-        metadata = {"id": "z", "token_ids": [1, 2, 3, 4, 5], "loss_mask": [0, 0, 1, 0, 1]}
+def test_sft_rollout_fills_sample_from_packed_tokens(tmp_path: Path):
+    bin_path = tmp_path / "train.tokens.bin"
+    bin_path.write_bytes(pack([9, 9], [0, 1]).tobytes() + pack([1, 2, 3, 4, 5], [0, 0, 1, 0, 1]).tobytes())
 
-    s = fill_sft_sample(S(), max_len=8)
+    class S:
+        metadata = {"id": "z", "offset": 2, "length": 5}
+
+    s = fill_sft_sample(S(), bin_path, max_len=8)
     assert s.tokens == [1, 2, 3, 4, 5] and s.response_length == 3 and s.loss_mask == [1, 0, 1]
     with pytest.raises(ValueError, match="rollout-max-context-len"):
-        fill_sft_sample(S(), max_len=4)
+        fill_sft_sample(S(), bin_path, max_len=4)
+
+
+def test_tokenized_rows_hold_no_tokens_and_cost_bytes_not_kilobytes(tok, tmp_path: Path):
+    """Item 7: the row slime's Dataset keeps in memory is O(1) in the conversation's length."""
+    long = " ".join(["two plus two"] * 300)
+    sample = SFTSample(
+        id="long",
+        messages=[Message(role="user", content=long), Message(role="assistant", content=long, loss=1)],
+    )
+    src, dest = tmp_path / "train.jsonl", tmp_path / "train.tokens.jsonl"
+    src.write_text(sample.model_dump_json() + "\n")
+    assert tokenize_file(src, dest, tok)["kept"] == 1
+    row = json.loads(dest.read_text())
+    assert row["tools"] == [] and set(row["metadata"]) == {"id", "offset", "length"}
+    ids, mask = read_tokens(tokens_path(dest), row["metadata"])
+    assert (ids, mask) == glm_tokens_and_mask(sample, tok)
+    old_row = {"metadata": {"token_ids": ids, "loss_mask": mask}}  # the previous format, for scale
+    assert _deep_size(row) < 1000 < 20 * len(ids) < _deep_size(old_row)
+
+
+def _deep_size(obj) -> int:
+    import sys
+
+    if isinstance(obj, dict):
+        return sys.getsizeof(obj) + sum(_deep_size(k) + _deep_size(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return sys.getsizeof(obj) + sum(_deep_size(v) for v in obj)
+    return sys.getsizeof(obj)
+
+
+def test_export_carries_the_input_mtp_layer_only(tmp_path: Path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    origin, out = tmp_path / "in", tmp_path / "out"
+    for d, names in (
+        (origin, ["model.layers.0.w", "model.layers.46.eh_proj.weight"]),
+        (out, ["model.layers.0.w"]),
+    ):
+        d.mkdir()
+        save_file({n: torch.ones(2) for n in names}, str(d / "model.safetensors"))
+        (d / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {n: "model.safetensors" for n in names}})
+        )
+    assert carry_mtp(out, origin, 46) == ["model.layers.46.eh_proj.weight"]
+    assert "model.layers.46.eh_proj.weight" in load_file(str(out / "model-mtp.safetensors"))
+    (origin / "config.json").write_text("{}")
+    (out / "config.json").write_text("{}")
+    assert verify_handoff(out, origin) == []
+
+
+def test_seed_phase_starts_from_previous_phase_and_then_resumes_its_own(tmp_path: Path):
+    p0, p1 = tmp_path / "torch_dist", tmp_path / "torch_dist_phase1"
+    (p0 / "iter_0000022").mkdir(parents=True)
+    (p0 / "latest_checkpointed_iteration.txt").write_text("22\n")
+    (p0 / "rollout").mkdir()
+    (p0 / "rollout" / "global_dataset_state_dict_22.pt").write_text("s")
+    assert seed_phase(p0, p1) == 22
+    assert iteration_dir(p1).resolve() == (p0 / "iter_0000022").resolve()
+    assert (p1 / "rollout" / "global_dataset_state_dict_22.pt").read_text() == "s"
+    (p1 / "iter_0000029").mkdir()
+    (p1 / "latest_checkpointed_iteration.txt").write_text("29\n")  # phase 1 progress after a restart
+    assert seed_phase(p0, p1) is None and iteration_dir(p1).name == "iter_0000029"
 
 
 def test_handoff_verify_and_iteration(tmp_path: Path):
@@ -119,37 +185,3 @@ def test_handoff_verify_and_iteration(tmp_path: Path):
     assert iteration_dir(td).name == "iter_0000033"
     with pytest.raises(FileNotFoundError):
         iteration_dir(td, 34)
-
-
-def test_fp8_layers_restores_leading_layers(tmp_path: Path):
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from infra.production.fp8_layers import restore_bf16_layers
-
-    bf16, fp8 = tmp_path / "bf16", tmp_path / "fp8"
-    bf16.mkdir(), fp8.mkdir()
-    w = {
-        f"model.layers.{i}.mlp.up_proj.weight": torch.full((2, 2), float(i), dtype=torch.bfloat16)
-        for i in range(4)
-    }
-    save_file(w, str(bf16 / "model.safetensors"))
-    q = {k: v.to(torch.float8_e4m3fn) for k, v in w.items()}
-    q.update({k.replace(".weight", ".weight_scale_inv"): torch.ones(1) for k in w})
-    save_file(q, str(fp8 / "model.safetensors"))
-    (fp8 / "model.safetensors.index.json").write_text(
-        json.dumps({"weight_map": {k: "model.safetensors" for k in q}})
-    )
-    (fp8 / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "fp8"}}))
-    mods = restore_bf16_layers(bf16, fp8, 3)
-    out = load_file(str(fp8 / "model.safetensors"))
-    assert out["model.layers.0.mlp.up_proj.weight"].dtype == torch.bfloat16
-    assert out["model.layers.3.mlp.up_proj.weight"].dtype == torch.float8_e4m3fn
-    assert (
-        "model.layers.2.mlp.up_proj.weight_scale_inv" not in out
-        and "model.layers.3.mlp.up_proj.weight_scale_inv" in out
-    )
-    assert len(mods) == 3
-    assert (
-        json.loads((fp8 / "config.json").read_text())["quantization_config"]["modules_to_not_convert"] == mods
-    )

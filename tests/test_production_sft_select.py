@@ -30,12 +30,23 @@ def _rows(n: int = 6) -> list[tuple[list[int], list[int]]]:
     return rows
 
 
-def _write_heldout(path: Path, rows, extra_lines: tuple[str, ...] = ()) -> Path:
-    lines = [
-        json.dumps({"messages": [], "metadata": {"id": f"h{i}", "token_ids": a, "loss_mask": m}})
-        for i, (a, m) in enumerate(rows)
-    ]
-    path.write_text("\n".join([*lines, *extra_lines]) + "\n")
+def _write_heldout(path: Path, rows, extra_rows: tuple[tuple[list[int], list[int]], ...] = ()) -> Path:
+    """Rows and packed tokens as ``sft_data`` writes them; ``extra_rows`` follow, then one non-JSON line."""
+    from infra.production.sft_data import pack, tokens_path
+
+    lines, packed, offset = [], [], 0
+    for i, (a, m) in enumerate([*rows, *extra_rows]):
+        lines.append(
+            json.dumps(
+                {"id": f"h{i}", "tools": [], "metadata": {"id": f"h{i}", "offset": offset, "length": len(a)}}
+            )
+        )
+        packed.append(pack(a, m))
+        offset += len(a)
+    if extra_rows:
+        lines.insert(len(rows) + 1, "not json")
+    path.write_text("\n".join(lines) + "\n")
+    tokens_path(path).write_bytes(b"".join(p.tobytes() for p in packed))
     return path
 
 
@@ -55,11 +66,7 @@ def test_heldout_rows_bad_records_are_dropped_and_counted(tmp_path):
     path = _write_heldout(
         tmp_path / "h.jsonl",
         _rows(2),
-        (
-            '{"metadata": {"token_ids": [1, 2], "loss_mask": [0]}}',
-            "not json",
-            '{"metadata": {"token_ids": [1, 2, 3], "loss_mask": [1, 0, 0]}}',
-        ),
+        (([1], [0]), ([1, 2, 3], [1, 0, 0])),
     )
     dropped = MalformedCounter()
     assert len(read_heldout(path, dropped)) == 2

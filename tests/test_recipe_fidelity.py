@@ -57,7 +57,8 @@ def test_01_reasoning_rl_table16_and_section_3_2():
     assert s.data["learnability"] == {"samples": 8, "drop_above": 0.8, "drop_zero": True}
     prod = s.production
     assert (prod.nodes, prod.colocate, prod.sglang.gpus_per_engine) == (8, True, 8)
-    assert prod.sglang.fp8 and prod.sglang.fp8_bf16_first_layers == 3 and prod.rollout_routing_replay
+    # FP8 rollouts, per-tensor: the paper's "first 3 layers in BF16" is a documented deviation (stage README)
+    assert prod.sglang.fp8 and prod.sglang.fp8_strategy == "tensor" and prod.rollout_routing_replay
     assert _results(_stage("01_reasoning_rl")) == {
         "GPQA-Diamond": (68.18, 73.50, False),
         "AIME 25": (90.83, 88.02, True),
@@ -81,7 +82,9 @@ def test_02_coding_rl_table16_and_section_3_3():
     assert (p.estimator, p.use_tis, p.eps_clip, p.eps_clip_high, p.kl_coef) == ("gspo", True, 2e-3, 3e-3, 0.0)
     assert p.mask_truncated
     (phase,) = s.rl.phases
-    assert phase.rollout["prompts_per_step"] == 64 and phase.rollout["max_response_tokens"] == 131072
+    # 128K context; response = 131,072 − 8,192 prompt − 1 (SGLang refuses prompt + new tokens >= context)
+    assert phase.rollout["prompts_per_step"] == 64 and phase.rollout["max_context_tokens"] == 131072
+    assert phase.rollout["max_response_tokens"] == 131072 - s.production.max_prompt_tokens - 1
     assert phase.policy["kl_coef"] == 1e-6
     assert s.data["sources"] == {"evolvecoder": 14743, "nemotron": 9393, "dolci": 3109, "adr": 2160}
     assert sum(s.data["sources"].values()) == 29405

@@ -13,46 +13,48 @@ copied from the stage's input) and verified by ``infra.production.handoff`` befo
 from __future__ import annotations
 
 from infra.production.cluster import ClusterProfile
-from infra.production.model_args import VOCAB_SIZE, glm45_air_model_args
+from infra.production.model_args import NUM_LAYERS, VOCAB_SIZE, glm45_air_model_args
+
+#: Block edge of slime's block FP8 (``--block-size 128 128``), the only block size SGLang's kernels take.
+FP8_BLOCK = 128
 
 
-def fp8_commands(
-    stage_id: str, init_hf: str, cluster: ClusterProfile, bf16_first_layers: int
-) -> list[list[str]]:
-    """HF(BF16) → FP8 block-quantised copy for SGLang; leading layers restored to BF16 (RA §3.2)."""
+def fp8_commands(stage_id: str, init_hf: str, cluster: ClusterProfile, strategy: str) -> list[list[str]]:
+    """HF(BF16) → FP8 copy for SGLang with slime's converter (``strategy``: ``tensor`` or ``block``).
+
+    Per-tensor is the default (README "Deviations"): 128×128 blocks need every per-GPU linear width to be
+    a multiple of 128, and GLM-4.5-Air's 1408-wide routed and shared experts split over an 8-GPU engine
+    are 176 wide. slime's weight sync re-quantizes every decoder linear in the copy's own scheme (the
+    per-tensor branch of its FP8 quantizer), so the copy's layout is what SGLang serves all run long.
+    """
     out = cluster.fp8_copy(stage_id)
-    cmds = [
-        [
-            "python3",
-            f"{cluster.slime_dir}/tools/convert_hf_to_fp8.py",
-            "--model-dir",
-            init_hf,
-            "--save-dir",
-            out,
-            "--strategy",
-            "block",
-            "--block-size",
-            "128",
-            "128",
-            "--max-workers",
-            "4",
-        ]
+    cmd = [
+        "python3",
+        f"{cluster.slime_dir}/tools/convert_hf_to_fp8.py",
+        "--model-dir",
+        init_hf,
+        "--save-dir",
+        out,
+        "--strategy",
+        strategy,
     ]
-    if bf16_first_layers:
-        cmds.append(
-            [
-                "python3",
-                "-m",
-                "infra.production.fp8_layers",
-                "--bf16-dir",
-                init_hf,
-                "--fp8-dir",
-                out,
-                "--layers",
-                str(bf16_first_layers),
-            ]
-        )
-    return cmds
+    if strategy == "block":
+        cmd += ["--block-size", str(FP8_BLOCK), str(FP8_BLOCK)]
+    return [[*cmd, "--max-workers", "4"]]
+
+
+def seed_phase_command(cluster: ClusterProfile, stage_id: str, phase: int) -> list[str]:
+    """Seed phase ``phase``'s checkpoint folder with the previous phase's last iteration (idempotent)."""
+    return [
+        "python3",
+        "-m",
+        "infra.production.handoff",
+        "seed-phase",
+        "--from",
+        cluster.torch_dist(stage_id, phase - 1),
+        "--to",
+        cluster.torch_dist(stage_id, phase),
+    ]
 
 
 def hf_to_torch_dist_command(init_hf: str, dest: str, cluster: ClusterProfile) -> list[str]:
@@ -99,6 +101,8 @@ def export_commands(
             cluster.slime_dir,
             "--vocab-size",
             str(VOCAB_SIZE),
+            "--carry-mtp-from-layer",
+            str(NUM_LAYERS),
         ],
         ["python3", "-m", "infra.production.handoff", "verify", "--hf-dir", dest, "--origin-hf-dir", init_hf],
     ]

@@ -38,10 +38,14 @@ class SGLangEngines(_Strict):
     dp_size: int = Field(default=1, description="SGLang DP size (needs dp_attention when > 1).")
     ep_size: int = Field(default=1, description="SGLang expert parallel size.")
     mem_fraction_static: float = Field(default=0.7, description="SGLang static memory fraction.")
-    fp8: bool = Field(
-        default=False, description="Serve an FP8 block-quantised copy of the policy for rollouts."
+    fp8: bool = Field(default=False, description="Serve an FP8 copy of the policy for rollouts.")
+    fp8_strategy: Literal["tensor", "block"] = Field(
+        default="tensor",
+        description=(
+            "slime convert_hf_to_fp8 strategy: per-tensor scales, or 128×128 blocks (needs every per-GPU "
+            "linear width to be a multiple of 128, which GLM-4.5-Air's 1408-wide experts at TP 8 are not)."
+        ),
     )
-    fp8_bf16_first_layers: int = Field(default=0, description="Leading layers kept in BF16 in the FP8 copy.")
 
 
 class ProductionConfig(_Strict):
@@ -58,6 +62,10 @@ class ProductionConfig(_Strict):
     sglang: SGLangEngines = Field(default_factory=SGLangEngines)
     rollout_routing_replay: bool = Field(default=False, description="R3: replay routed experts from rollout.")
     offload: bool = Field(default=False, description="Offload engines/trainer between phases.")
+    forward_env: list[str] = Field(
+        default_factory=list,
+        description="Head-node environment variables passed into the Ray runtime env (e.g. judge endpoints).",
+    )
     save_interval: int = Field(default=10, description="Checkpoint every N rollouts (or SFT steps).")
     node_hours: float | None = Field(default=None, description="Node-hours the paper reports, if stated.")
     extra_args: dict[str, Any] = Field(

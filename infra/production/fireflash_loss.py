@@ -6,6 +6,16 @@ The batch's per-sample lists (current, old and rollout log-probs, advantages, lo
 ``[B, T]`` and handed to ``infra.objectives.policy_loss`` — the same function the embedded trainer uses.
 Current log-probs come from slime's own logits helper (imported lazily, GPU image only); the loss needs
 context parallel size 1 so every sample's tokens are on one rank (``validate`` enforces it).
+
+slime's custom-loss contract is a *sum* of per-sample terms over the micro-batch: slime then multiplies
+by ``num_microbatches / global batch × DP`` (no ``--calculate-per-token-loss``), and divides logged
+metrics by the global batch. ``policy_loss`` averages the per-attempt terms over the micro-batch, so the
+hook returns that mean times the micro-batch's sample count; with dynamic batching every attempt then
+weighs the same whatever micro-batch it lands in.
+
+Deviation from the paper: FireFlash's score centering with the sampler's top-32 log-probs is not
+implemented (slime's default generate returns only the sampled token's log-prob); TIS defaults to the
+paper's [0.5, 2.0] unless the stage sets ``policy.tis_clip_low``/``tis_clip_high``.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 def fireflash_loss_from_log_probs(
     args: Any, batch: dict[str, Any], log_probs: list[torch.Tensor]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Return the FireFlash loss and metrics given the current per-sample response log-probs."""
+    """Return the FireFlash loss (sum over the micro-batch's attempts) and metrics (summed likewise)."""
     width = max(int(t.numel()) for t in log_probs)
     cur = _pad(log_probs, width)
     old = _pad([torch.as_tensor(t) for t in batch["log_probs"]], width)
@@ -49,7 +59,8 @@ def fireflash_loss_from_log_probs(
         reduction="attempt",
         min_denominator=int(getattr(args, "rufus_min_attempt_tokens", 2048)),
     )
-    return loss, {k: torch.tensor(v) for k, v in metrics.items()}
+    n = len(log_probs)
+    return loss * n, {k: torch.tensor(float(v) * n) for k, v in metrics.items()}
 
 
 def fireflash_loss(

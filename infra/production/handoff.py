@@ -7,6 +7,14 @@ runs slime's ``tools/convert_torch_dist_to_hf.py`` with
 stage depends on: the model shape in ``config.json`` is unchanged, the tokenizer files and chat template
 are byte-identical to the input's, every weight the input has is present, and the export is not an FP8
 copy. Pure file checks, so they run (and are tested) without a GPU.
+
+The multi-token-prediction (MTP) layer: GLM-4.5-Air's HF checkpoints carry one at layer 46
+(``model.layers.46.*``, after the 46 decoder layers). No stage trains it (the model flags build no MTP
+block, as slime's ``glm4.5-106B-A12B.sh``), so the converter's export lacks it; ``export
+--carry-mtp-from-layer 46`` copies exactly those tensors from the stage's input into ``model-mtp.safetensors``
+(README "Deviations": the MTP head is carried from the base model unchanged). Any other missing weight
+still fails ``verify``. ``seed-phase`` starts a later training phase's checkpoint folder from the previous
+phase's last iteration, so each phase loads and saves its own folder and a restart resumes that phase.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +77,57 @@ def convert_argv(
     ]
 
 
+_LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def carry_mtp(output_dir: Path, origin_hf_dir: Path, first_layer: int) -> list[str]:
+    """Copy the input's MTP tensors (``model.layers.<n>.*``, n >= ``first_layer``) missing from the export."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    origin, mine = _weight_names(origin_hf_dir), _weight_names(output_dir)
+    if origin is None or mine is None:
+        raise FileNotFoundError(f"{origin_hf_dir} or {output_dir}: no model.safetensors.index.json")
+    index_path = origin_hf_dir / "model.safetensors.index.json"
+    weight_map = json.loads(index_path.read_text())["weight_map"]
+    wanted = sorted(
+        n for n in origin - mine if (m := _LAYER_INDEX.match(n)) and int(m.group(1)) >= first_layer
+    )
+    if not wanted:
+        return []
+    tensors = {}
+    for name in wanted:
+        with safe_open(origin_hf_dir / weight_map[name], framework="pt") as f:
+            tensors[name] = f.get_tensor(name)
+    shard = "model-mtp.safetensors"
+    save_file(tensors, str(output_dir / shard), metadata={"format": "pt"})
+    out_index = output_dir / "model.safetensors.index.json"
+    data = json.loads(out_index.read_text())
+    data["weight_map"].update({n: shard for n in wanted})
+    out_index.write_text(json.dumps(data, indent=2))
+    return wanted
+
+
+def seed_phase(src: Path, dest: Path) -> int | None:
+    """Point ``dest`` at ``src``'s last iteration unless ``dest`` already has one; return what it seeded."""
+    if (dest / "latest_checkpointed_iteration.txt").is_file():
+        return None
+    it = iteration_dir(src)
+    n = int(it.name.removeprefix("iter_"))
+    dest.mkdir(parents=True, exist_ok=True)
+    link = dest / it.name
+    if not link.exists():
+        link.symlink_to(it.resolve(), target_is_directory=True)
+    state = src / "rollout" / f"global_dataset_state_dict_{n}.pt"
+    if state.is_file():
+        (dest / "rollout").mkdir(exist_ok=True)
+        target = dest / "rollout" / state.name
+        if not target.exists():
+            target.symlink_to(state.resolve())
+    (dest / "latest_checkpointed_iteration.txt").write_text(f"{n}\n")
+    return n
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -119,16 +179,28 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--origin-hf-dir", required=True)
     ex.add_argument("--slime-dir", default="/root/slime")
     ex.add_argument("--vocab-size", type=int, required=True)
+    ex.add_argument("--carry-mtp-from-layer", type=int, help="copy the input's MTP layers from this index")
     ve = sub.add_parser("verify")
     ve.add_argument("--hf-dir", required=True, type=Path)
     ve.add_argument("--origin-hf-dir", required=True, type=Path)
+    se = sub.add_parser("seed-phase")
+    se.add_argument("--from", dest="src", required=True, type=Path)
+    se.add_argument("--to", dest="dest", required=True, type=Path)
     args = ap.parse_args(argv)
+    if args.cmd == "seed-phase":
+        n = seed_phase(args.src, args.dest)
+        print(f"{args.dest}: " + ("resuming its own checkpoint" if n is None else f"seeded at iteration {n}"))
+        return 0
     if args.cmd == "export":
         iteration = selected_iteration(args.selection) if args.selection else args.iteration
         it = iteration_dir(args.torch_dist, iteration)
         cmd = convert_argv(str(it), args.output_dir, args.origin_hf_dir, args.slime_dir, args.vocab_size)
         print(" ".join(cmd), flush=True)
-        return subprocess.run(cmd, check=False).returncode
+        rc = subprocess.run(cmd, check=False).returncode
+        if rc == 0 and args.carry_mtp_from_layer is not None:
+            carried = carry_mtp(Path(args.output_dir), Path(args.origin_hf_dir), args.carry_mtp_from_layer)
+            print(f"carried {len(carried)} MTP tensors from {args.origin_hf_dir}")
+        return rc
     problems = verify_handoff(args.hf_dir, args.origin_hf_dir)
     for p in problems:
         print(p, file=sys.stderr)

@@ -2,7 +2,10 @@
 
 The runtime env puts Megatron and this repository on ``PYTHONPATH`` (slime loads our hooks by dotted
 path inside its Ray actors) and sets ``CUDA_DEVICE_MAX_CONNECTIONS=1`` and the NCCL/GLOO settings of
-slime's multi-node scripts. ``${MASTER_ADDR}``/``${NODE_IP}`` are left for the shell to expand.
+slime's multi-node scripts. ``${MASTER_ADDR}``/``${NODE_IP}`` are left for the shell to expand, and so
+are the stage's ``production.forward_env`` variables (e.g. stage 03's ``RUFUS_JUDGE_*``): the Ray actors
+that score rewards see only the runtime env, not the head node's shell. On KubeRay they come from the
+``rufus-env`` secret.
 """
 
 from __future__ import annotations
@@ -45,20 +48,23 @@ def ray_worker(cluster: ClusterProfile) -> list[str]:
     ]
 
 
-def runtime_env_json(cluster: ClusterProfile) -> str:
-    """The ``--runtime-env-json`` value (MASTER_ADDR expanded by the shell at submit time)."""
+def runtime_env_json(cluster: ClusterProfile, forward_env: tuple[str, ...] = ()) -> str:
+    """The ``--runtime-env-json`` value (MASTER_ADDR and ``forward_env`` expanded by the shell at submit)."""
     env = {**cluster.runtime_env(), "MASTER_ADDR": "${MASTER_ADDR}"}
+    env.update({name: "${" + name + ":-}" for name in forward_env})
     return json.dumps({"env_vars": env}, sort_keys=True)
 
 
-def job_submit(cluster: ClusterProfile, entry: str, train_argv: list[str]) -> list[str]:
+def job_submit(
+    cluster: ClusterProfile, entry: str, train_argv: list[str], forward_env: tuple[str, ...] = ()
+) -> list[str]:
     """``ray job submit`` of slime's entry point with the stage's arguments."""
     return [
         "ray",
         "job",
         "submit",
         f"--address={cluster.dashboard}",
-        f"--runtime-env-json={runtime_env_json(cluster)}",
+        f"--runtime-env-json={runtime_env_json(cluster, forward_env)}",
         "--",
         "python3",
         f"{cluster.slime_dir}/{entry}",
@@ -66,9 +72,15 @@ def job_submit(cluster: ClusterProfile, entry: str, train_argv: list[str]) -> li
     ]
 
 
-def rayjob_manifest(name: str, nodes: int, cluster: ClusterProfile, entrypoint: str) -> str:
+def rayjob_manifest(
+    name: str, nodes: int, cluster: ClusterProfile, entrypoint: str, forward_env: tuple[str, ...] = ()
+) -> str:
     """A KubeRay ``RayJob`` (one head + N-1 workers, 8 GPUs each) running ``entrypoint``."""
-    env = [{"name": k, "value": v} for k, v in sorted(cluster.runtime_env().items())]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(cluster.runtime_env().items())]
+    env += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": "rufus-env", "key": k, "optional": True}}}
+        for k in forward_env
+    ]
     res = {
         "limits": {"nvidia.com/gpu": cluster.gpus_per_node},
         "requests": {"nvidia.com/gpu": cluster.gpus_per_node},

@@ -15,6 +15,9 @@ NUM_LAYERS = N_DENSE_LAYERS + N_MOE_LAYERS
 NUM_ATTENTION_HEADS = 96
 NUM_QUERY_GROUPS = 8
 NUM_EXPERTS = 128
+#: Per-expert FFN width of the routed and the shared expert (``moe_intermediate_size``).
+MOE_FFN_HIDDEN = 1408
+SHARED_EXPERT_HIDDEN = 1408
 VOCAB_SIZE = 151552
 #: Context length of GLM-4.5-Air (HF ``max_position_embeddings``).
 MODEL_CONTEXT = 131072
@@ -57,9 +60,9 @@ def glm45_air_model_args() -> list[str]:
         "--rotary-base",
         "1000000",
         "--moe-ffn-hidden-size",
-        "1408",
+        str(MOE_FFN_HIDDEN),
         "--moe-shared-expert-intermediate-size",
-        "1408",
+        str(SHARED_EXPERT_HIDDEN),
         "--moe-router-pre-softmax",
         "--moe-router-score-function",
         "sigmoid",
@@ -91,7 +94,7 @@ HF_SHAPE = {
     "num_attention_heads": NUM_ATTENTION_HEADS,
     "num_hidden_layers": NUM_LAYERS,
     "intermediate_size": 10944,
-    "moe_intermediate_size": 1408,
+    "moe_intermediate_size": MOE_FFN_HIDDEN,
     "n_routed_experts": NUM_EXPERTS,
     "num_experts_per_tok": 8,
     "num_key_value_heads": NUM_QUERY_GROUPS,

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from infra.config import BenchmarkRoles
+from infra.layering import ConfigError
 from infra.production import chain, launch
 from infra.production.cluster import ClusterProfile
 from infra.production.render import TrainArgs, num_phases, render_train_args
@@ -24,6 +25,11 @@ from infra.recipe import LoadedRecipe, load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RECIPE = REPO_ROOT / "recipes" / "rufus-air.yaml"
+#: Base checkpoints the rendered GLM-4.5-Air model flags fit (hub ids or folders of that name).
+PRODUCTION_BASES = ("GLM-4.5-Air-Base", "GLM-4.5-Air")
+#: Disk of one torch_dist save of GLM-4.5-Air (106B): bf16 weights 0.21 TB + fp32 main params 0.42 TB +
+#: Adam moments 0.85 TB; one HF snapshot (bf16) is 0.21 TB.
+TORCH_DIST_TB, HF_SNAPSHOT_TB = 1.48, 0.21
 
 
 @dataclass
@@ -51,6 +57,7 @@ class StagePlan:
     files: dict[str, str] = field(default_factory=dict)
     rayjobs: dict[str, str] = field(default_factory=dict)
     paper: tuple[str, str] = ("", "")
+    disk_tb: float = 0.0
 
 
 def sft_tokenize_command(data: PurePosixPath, split: str, init_hf: str) -> list[str]:
@@ -104,9 +111,7 @@ def render_stage(
         if selecting:
             steps.append(Step("sft_tokenize_heldout", sft_tokenize_command(data, "heldout_sft", init_hf)))
     if config.kind == "rl" and prod.sglang.fp8:
-        for i, argv in enumerate(
-            chain.fp8_commands(stage_id, init_hf, cluster, prod.sglang.fp8_bf16_first_layers)
-        ):
+        for i, argv in enumerate(chain.fp8_commands(stage_id, init_hf, cluster, prod.sglang.fp8_strategy)):
             steps.append(Step(f"fp8_convert_{i}", argv))
     if not cluster.native_hf_load:
         steps.append(
@@ -137,11 +142,14 @@ def render_stage(
             t.sections["CKPT_ARGS"][i + 1] = str(cluster.stage_ckpt(stage_id) / "input_torch_dist")
         trains.append(t)
         files.update(t.files)
-        submit = launch.job_submit(cluster, t.entry, t.argv)
+        if phase:
+            steps.append(Step(f"seed_phase{phase}", chain.seed_phase_command(cluster, stage_id, phase)))
+        forward = tuple(prod.forward_env)
+        submit = launch.job_submit(cluster, t.entry, t.argv, forward)
         steps.append(Step(f"train_phase{phase}", submit))
         name = f"{run_name}-{stage_id}-p{phase}".replace("_", "-").lower()
         entry = shlex.join(["python3", f"{cluster.slime_dir}/{t.entry}", *t.argv])
-        rayjobs[name] = launch.rayjob_manifest(name, prod.nodes, cluster, entry)
+        rayjobs[name] = launch.rayjob_manifest(name, prod.nodes, cluster, entry, forward)
     selection = None
     if selecting:
         selection = str(cluster.stage_ckpt(stage_id) / "selection.json")
@@ -163,7 +171,31 @@ def render_stage(
         files,
         rayjobs,
         (config.paper.source, config.paper.section),
+        checkpoint_disk_tb(config),
     )
+
+
+def checkpoint_saves(config: Any) -> int:
+    """How many times slime saves in the stage: every ``save_interval`` and each phase's last rollout.
+
+    SFT counts optimizer steps (``lr_decay_iters``, its planned step count); RL counts rollouts per phase.
+    """
+    interval = config.production.save_interval
+    if config.kind == "sft":
+        steps = int(config.production.lr_decay_iters or 0)
+        return steps // interval + (1 if steps % interval else 0)
+    saves, start = 0, 0
+    for rollout, _ in config.rl.phase_settings():
+        end = start + int(rollout.num_rollouts)
+        saves += sum(1 for r in range(start, end) if (r + 1) % interval == 0 or r == end - 1)
+        start = end
+    return saves
+
+
+def checkpoint_disk_tb(config: Any) -> float:
+    """Terabytes the stage's checkpoints take (torch_dist with optimizer state; SFT adds HF snapshots)."""
+    each = TORCH_DIST_TB + (HF_SNAPSHOT_TB if config.kind == "sft" else 0.0)
+    return round(checkpoint_saves(config) * each, 1)
 
 
 def benchmark_eval_steps(benchmarks: BenchmarkRoles, init_hf: str, export_hf: str) -> list[Step]:
@@ -203,8 +235,19 @@ def cluster_stage_files(stage: Any, cluster: ClusterProfile) -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_base_model(loaded: LoadedRecipe) -> None:
+    """Raise :class:`ConfigError` unless the recipe's base is GLM-4.5-Air (the flags assume it)."""
+    model = loaded.recipe.base.model
+    if PurePosixPath(model).name.lower() not in {b.lower() for b in PRODUCTION_BASES}:
+        raise ConfigError(
+            f"{loaded.path}: base.model {model!r} cannot run in production (the runbook renders GLM-4.5-Air "
+            f"flags; use one of {', '.join(PRODUCTION_BASES)}, e.g. recipes/rufus-air.yaml)"
+        )
+
+
 def render_plan(loaded: LoadedRecipe, cluster: ClusterProfile | None = None) -> list[StagePlan]:
-    """Render every stage of a loaded recipe, chained through HF exports."""
+    """Render every stage of a loaded recipe, chained through HF exports (GLM-4.5-Air bases only)."""
+    check_base_model(loaded)
     cluster = cluster or ClusterProfile()
     init = cluster.base_hf(loaded.recipe.base.model)
     plans = []
@@ -276,6 +319,7 @@ def format_plan(plans: list[StagePlan], fmt: str = "text") -> str:
                     "kind": p.kind,
                     "nodes": p.nodes,
                     "node_hours": p.node_hours,
+                    "checkpoint_disk_tb": p.disk_tb,
                     "init_hf": p.init_hf,
                     "export_hf": p.export_hf,
                     "commands": [s.argv for s in p.steps],
@@ -293,7 +337,8 @@ def format_plan(plans: list[StagePlan], fmt: str = "text") -> str:
     parts = []
     for p in plans:
         hours = f", {p.node_hours:g} node-hours (paper)" if p.node_hours else ""
-        parts.append(f"### {p.stage} ({p.kind}, {p.nodes} nodes{hours})\n\n{commands_sh(p)}")
+        disk = f", checkpoints ≈ {p.disk_tb:g} TB"
+        parts.append(f"### {p.stage} ({p.kind}, {p.nodes} nodes{hours}{disk})\n\n{commands_sh(p)}")
     return "\n".join(parts)
 
 

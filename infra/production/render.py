@@ -107,14 +107,20 @@ def _optimizer(config: StageConfig) -> list[str]:
 
 
 def _ckpt(stage_id: str, config: StageConfig, cluster: ClusterProfile, init_hf: str, phase: int) -> list[str]:
+    """Checkpoint flags: every phase loads and saves its own folder, so a restart resumes that phase.
+
+    A later phase's folder is seeded from the previous phase's last iteration before its first start
+    (``handoff seed-phase``); slime then starts at the loaded rollout id + 1. Only SFT writes ``--save-hf``
+    snapshots (its held-out selection scores them); an RL snapshot would be an unused FP8 copy.
+    """
     rollout_hf = (
         cluster.fp8_copy(stage_id) if config.production.sglang.fp8 and config.kind == "rl" else init_hf
     )
-    out = ["--hf-checkpoint", rollout_hf, "--ref-load", init_hf]
-    load = cluster.torch_dist(stage_id, max(phase - 1, 0)) if phase else cluster.torch_dist(stage_id)
-    out += ["--load", load, "--save", cluster.torch_dist(stage_id, phase)]
+    own = cluster.torch_dist(stage_id, phase)
+    out = ["--hf-checkpoint", rollout_hf, "--ref-load", init_hf, "--load", own, "--save", own]
     _flag(out, "--save-interval", config.production.save_interval)
-    out += ["--save-hf", cluster.hf_snapshots(stage_id)]
+    if config.kind == "sft":
+        out += ["--save-hf", cluster.hf_snapshots(stage_id)]
     return out
 
 
@@ -140,9 +146,10 @@ def _sft_data(stage_id: str, config: StageConfig, cluster: ClusterProfile) -> li
     assert sft is not None
     data = cluster.stage_data(stage_id)
     out = ["--rollout-function-path", SFT_ROLLOUT, "--prompt-data", str(data / "train.tokens.jsonl")]
+    # Rows hold an id and an offset into train.tokens.bin (infra.production.sft_data), no messages.
     out += [
         "--input-key",
-        "messages",
+        "id",
         "--metadata-key",
         "metadata",
         "--tool-key",
@@ -186,9 +193,9 @@ def _rl_rollout(stage_id: str, config: StageConfig, cluster: ClusterProfile, pha
     out += ["--custom-config-path", str(cluster.launch_dir(stage_id) / f"hooks_phase{phase}.yaml")]
     if stage_environment(config).multi_turn:
         out += ["--custom-generate-function-path", f"{HOOKS}.generate"]
+    # No --start-rollout-id: slime starts at the loaded checkpoint's rollout id + 1 (a later phase loads
+    # its folder seeded with the previous phase's last iteration), so a restart resumes where it stopped.
     start = sum(int(_phase_rollout(config, k)[0]["num_rollouts"]) for k in range(phase))
-    if phase:
-        _flag(out, "--start-rollout-id", start)
     _flag(out, "--num-rollout", start + int(ro["num_rollouts"]))
     _flag(out, "--rollout-batch-size", ro["prompts_per_step"])
     _flag(out, "--n-samples-per-prompt", ro["samples_per_prompt"])
@@ -200,8 +207,10 @@ def _rl_rollout(stage_id: str, config: StageConfig, cluster: ClusterProfile, pha
     )
     _flag(out, "--rollout-max-response-len", ro["max_response_tokens"])
     _flag(out, "--rollout-max-prompt-len", prod.max_prompt_tokens)
+    # slime does not clamp max_new_tokens to the context, and SGLang refuses prompt + max_new_tokens >=
+    # its context: the stage's budgets must leave room (checked by validate.context_problems).
     context = min(
-        MODEL_CONTEXT, ro["max_context_tokens"] or prod.max_prompt_tokens + ro["max_response_tokens"]
+        MODEL_CONTEXT, ro["max_context_tokens"] or prod.max_prompt_tokens + ro["max_response_tokens"] + 1
     )
     _flag(out, "--rollout-max-context-len", context)
     _flag(out, "--rollout-temperature", ro["temperature"])
@@ -238,7 +247,9 @@ def _rl_algorithm(config: StageConfig, prod_r3: bool, phase: int) -> list[str]:
     _flag(out, "--entropy-coef", po["entropy_coef"])
     if po["advantage"] == "fireflash" or po["loss_reduction"] == "attempt":
         out += ["--loss-type", "custom_loss", "--custom-loss-function-path", f"{HOOKS}.fireflash_loss"]
-    elif po["loss_reduction"] == "token":
+    elif po["loss_reduction"] == "token" and po["estimator"] != "gspo":
+        # GSPO's objective is a mean of per-sequence terms; slime's per-token flag would weight each
+        # sequence by its length (slime's own GSPO GLM script leaves it off).
         out.append("--calculate-per-token-loss")
     if prod_r3:
         out.append("--use-rollout-routing-replay")
@@ -263,9 +274,12 @@ def hook_settings(
         "rufus_estimator": po["estimator"],
         "rufus_mask_truncated": bool(po["mask_truncated"]),
         "rufus_shaping": config.rl.shaping.model_dump(),
-        "rufus_tis_clip_low": po["tis_clip_low"],
-        "rufus_tis_clip_high": po["tis_clip_high"],
     }
+    if po["advantage"] == "fireflash" or po["loss_reduction"] == "attempt":
+        # The custom loss reads these; a zero lower bound is the schema's "unset", so FireFlash's 0.5 applies.
+        out["rufus_tis_clip_high"] = po["tis_clip_high"]
+        if po["tis_clip_low"] > 0:
+            out["rufus_tis_clip_low"] = po["tis_clip_low"]
     if po["min_attempt_tokens"] is not None:
         out["rufus_min_attempt_tokens"] = po["min_attempt_tokens"]
     if config.rl.dynamic_sampling.band is not None:

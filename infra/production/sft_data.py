@@ -15,8 +15,13 @@ them. So the production SFT reads ids and masks written here, under the model's 
 * a template whose prefix rendering is not a prefix of the full rendering raises; the record is dropped
   and counted by :func:`tokenize_file`.
 
-Output rows: ``{"messages": [...], "tools": [...], "metadata": {"id", "token_ids", "loss_mask"}}``, read
-by ``infra.production.sft_rollout`` via ``--input-key messages --metadata-key metadata``.
+Tokens stay out of the rows: slime's ``Dataset`` keeps every row in one RolloutManager actor, and a row
+holding ``token_ids`` + ``loss_mask`` as Python ints costs about 44 bytes per token (2 TB at the paper's
+44.5B tokens). ``<split>.tokens.bin`` holds each record's tokens as little-endian uint32, the token id in
+the low 31 bits and the loss mask in the top bit (GLM's vocabulary is < 2**31); the JSONL row is
+``{"id", "tools": [], "metadata": {"id", "offset", "length"}}`` (a few hundred bytes whatever the length),
+read by ``infra.production.sft_rollout`` via ``--input-key id --metadata-key metadata``, which memory-maps
+the ``.bin`` beside ``--prompt-data`` and reads each sample's slice when its batch is drawn.
 """
 
 from __future__ import annotations
@@ -27,10 +32,43 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from data_prep.length import message_to_template
 from data_prep.schema import SFTSample
 
 STOP_TOKENS = ("<|user|>", "<|observation|>", "<|endoftext|>")
+_MASK_BIT = np.uint32(1 << 31)
+
+
+def tokens_path(rows_path: Path | str) -> Path:
+    """The packed token file that goes with a ``<split>.tokens.jsonl`` rows file."""
+    return Path(rows_path).with_suffix(".bin")
+
+
+def pack(ids: list[int], mask: list[int]) -> np.ndarray:
+    """Return ``ids`` with the loss mask in the top bit, as little-endian uint32."""
+    arr = np.asarray(ids, dtype="<u4")
+    if arr.size and int(arr.max()) >= 1 << 31:
+        raise ValueError("token id >= 2**31 cannot be packed with its mask bit")
+    return arr | (np.asarray(mask, dtype="<u4") << 31)
+
+
+def unpack(packed: np.ndarray) -> tuple[list[int], list[int]]:
+    """Return ``(token_ids, loss_mask)`` of a packed slice."""
+    arr = np.asarray(packed, dtype="<u4")
+    return (arr & ~_MASK_BIT).tolist(), (arr >> 31).tolist()
+
+
+def read_tokens(bin_path: Path | str, metadata: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """Return ``(token_ids, loss_mask)`` of one row from its ``offset``/``length`` in the packed file."""
+    offset, length = metadata.get("offset"), metadata.get("length")
+    if not isinstance(offset, int) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"SFT row {metadata.get('id')!r}: metadata needs integer offset and length")
+    data = np.memmap(bin_path, dtype="<u4", mode="r")
+    if offset + length > data.size:
+        raise ValueError(f"SFT row {metadata.get('id')!r}: slice past the end of {bin_path}")
+    return unpack(data[offset : offset + length])
 
 
 def _ids(tokenizer: Any, messages: list[dict], tools: list[dict] | None, gen: bool) -> list[int]:
@@ -70,10 +108,11 @@ def glm_tokens_and_mask(sample: SFTSample, tokenizer: Any) -> tuple[list[int], l
 
 
 def tokenize_file(src: Path, dest: Path, tokenizer: Any) -> Counter[str]:
-    """Write the tokenized rows of an SFTSample JSONL file; return kept/dropped counts by reason."""
+    """Write rows (``dest``) and packed tokens (:func:`tokens_path`); return kept/dropped counts by reason."""
     counts: Counter[str] = Counter()
-    tmp = dest.with_suffix(".tmp")
-    with src.open() as fin, tmp.open("w") as fout:
+    tmp, bin_tmp = dest.with_suffix(".tmp"), dest.with_suffix(".bin.tmp")
+    offset = 0
+    with src.open() as fin, tmp.open("w") as fout, bin_tmp.open("wb") as fbin:
         for lineno, line in enumerate(fin, 1):
             try:
                 sample = SFTSample.model_validate_json(line)
@@ -83,13 +122,14 @@ def tokenize_file(src: Path, dest: Path, tokenizer: Any) -> Counter[str]:
                 if counts[f"dropped:{type(exc).__name__}"] <= 3:
                     print(f"{src}:{lineno}: {str(exc).splitlines()[0]}")
                 continue
-            row = {
-                "messages": [message_to_template(m) for m in sample.messages],
-                "tools": sample.tools,
-                "metadata": {"id": sample.id, "token_ids": ids, "loss_mask": mask},
-            }
+            fbin.write(pack(ids, mask).tobytes())
+            meta = {"id": sample.id, "offset": offset, "length": len(ids)}
+            # slime's Dataset asserts that --tool-key values are lists: never null.
+            row = {"id": sample.id, "tools": sample.tools or [], "metadata": meta}
             fout.write(json.dumps(row, ensure_ascii=False) + "\n")
+            offset += len(ids)
             counts["kept"] += 1
+    bin_tmp.replace(tokens_path(dest))
     tmp.replace(dest)
     return counts
 

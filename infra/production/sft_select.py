@@ -4,8 +4,9 @@ slime trains SFT with ``--debug-train-only``, so nothing is evaluated during the
 ``--save-interval`` steps it saves the torch_dist ``iter_<N>`` and, through ``--save-hf``, an HF snapshot
 ``rollout_<N>`` (the same N: both come from one ``save_model(rollout_id)`` call). This step scores the
 snapshots in training order on the held-out conversations — token-mean NLL over exactly the tokens SFT
-supervises, read from ``heldout_sft.tokens.jsonl``, which ``infra.production.sft_data`` writes with the
-training masks — and applies the embedded trainer's plateau rule (:func:`infra.plateau.observe_heldout`):
+supervises, read from ``heldout_sft.tokens.jsonl`` and its packed ``.bin``, which
+``infra.production.sft_data`` writes with the training masks — and applies the embedded trainer's plateau
+rule (:func:`infra.plateau.observe_heldout`):
 the lowest loss before ``patience`` evaluations in a row without a new best is selected, and snapshots after
 the plateau are not scored. ``selection.json`` records every loss, the held-out file's hash and the
 choice; a rerun scores only what it lacks (so a crash loses at most one snapshot's work).
@@ -50,12 +51,17 @@ def list_snapshots(root: Path) -> list[tuple[int, Path]]:
 
 def read_heldout(path: Path, dropped: MalformedCounter) -> list[tuple[list[int], list[int]]]:
     """Return ``(token_ids, loss_mask)`` per held-out row; rows without ids and mask are dropped, counted."""
+    from infra.production.sft_data import read_tokens, tokens_path
+
+    bin_path = tokens_path(path)
     rows = []
     for where, row in read_jsonl(path, dropped):
         meta = row.get("metadata")
-        ids = meta.get("token_ids") if isinstance(meta, dict) else None
-        mask = meta.get("loss_mask") if isinstance(meta, dict) else None
-        if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask) or len(ids) < 2:
+        try:
+            ids, mask = read_tokens(bin_path, meta) if isinstance(meta, dict) else ([], [])
+        except (ValueError, OSError):
+            ids, mask = [], []
+        if len(ids) < 2:
             dropped.add("no_token_ids_or_mask", where)
         elif not any(mask[1:]):
             dropped.add("no_supervised_tokens", where)

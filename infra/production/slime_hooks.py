@@ -2,8 +2,10 @@
 
 * ``infra.production.slime_hooks.reward`` — ``--custom-rm-path``: the shared reward contract
   (``rewards.contract``) as slime's awaited reward function. An infrastructure failure
-  (``RewardResult.aborted``) sets ``sample.status = Sample.Status.ABORTED`` and returns ``None``; it is
-  never scored 0.
+  (``RewardResult.aborted``) is marked ``metadata["rufus_aborted"]`` and returns 0.0, a float, because
+  slime's filters and metrics do arithmetic on every reward (``sum``, ``round``); the post-process hook
+  then removes it from its group and its loss (``remove_sample``), the band filter ignores it. Held-out
+  evals count it as a failure (slime's eval has no removal); ``reward_failure`` names why.
 * ``infra.production.slime_hooks.post_process_rewards`` — ``--custom-reward-post-process-path``: drops
   aborted samples from their group, applies the stage's group-aware shaping (``infra.objectives``, with
   the per-sample facts of ``infra.objectives.group_view``, shared with the embedded trainer), computes
@@ -25,19 +27,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from infra.objectives import band_keep, group_advantages, shape_group
 from infra.objectives.group_view import advantage_kwargs, shaping_kwargs, view_from_slime
 from rewards.contract import RewardRequest, get_reward, safe_score
-
-
-def _status(name: str) -> Any:
-    """Return ``Sample.Status.<name>`` from slime (imported lazily: slime exists only in the image)."""
-    from slime.utils.types import Sample
-
-    return getattr(Sample.Status, name)
 
 
 def _reward_name(args: Any, sample: Any) -> str:
@@ -51,13 +47,37 @@ def _reward_name(args: Any, sample: Any) -> str:
     return str(name)
 
 
+_GLM_TURN = re.compile(r"<\|(system|user|assistant|observation)\|>")
+
+
+def prompt_messages(prompt: Any) -> list[dict[str, Any]]:
+    """The chat messages of ``sample.prompt``: the list itself, or the turns of a rendered GLM prompt.
+
+    With ``--apply-chat-template`` slime hands the hooks the rendered template string; a judge must see
+    the conversation, not ``[gMASK]<sop><|user|>…`` markup. A string with no GLM role marker is one user
+    turn. The trailing generation prompt (an empty assistant turn) is dropped, and assistant history
+    loses its ``<think></think>`` wrapper.
+    """
+    if isinstance(prompt, list):
+        return prompt
+    text = str(prompt)
+    parts = _GLM_TURN.split(text)
+    if len(parts) == 1:
+        return [{"role": "user", "content": text}]
+    messages = []
+    for role, body in zip(parts[1::2], parts[2::2], strict=True):
+        content = body.strip()
+        if role == "assistant":
+            content = re.sub(r"^<think>.*?</think>", "", content, flags=re.DOTALL).strip()
+        messages.append({"role": "tool" if role == "observation" else role, "content": content})
+    if messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+        messages.pop()
+    return messages
+
+
 def _request(sample: Any) -> RewardRequest:
     """Build the reward request of one slime sample (prompt messages, response text, label, metadata)."""
-    prompt = (
-        sample.prompt
-        if isinstance(sample.prompt, list)
-        else [{"role": "user", "content": str(sample.prompt)}]
-    )
+    prompt = prompt_messages(sample.prompt)
     metadata = dict(sample.metadata or {})
     return RewardRequest(
         prompt=prompt,
@@ -68,20 +88,21 @@ def _request(sample: Any) -> RewardRequest:
     )
 
 
-def score_sample(args: Any, sample: Any) -> float | None:
-    """Score one sample with the shared contract; mark it ABORTED and return None on an infra failure."""
+ABORTED_KEY = "rufus_aborted"
+
+
+def score_sample(args: Any, sample: Any) -> float:
+    """Score one sample with the shared contract; an infra failure is marked aborted and returns 0.0."""
     load_stage_files(args)
     result = safe_score(get_reward(_reward_name(args, sample)), _request(sample))
     sample.metadata = dict(sample.metadata or {})
     sample.metadata["reward_components"] = dict(result.components)
     sample.metadata["reward_failure"] = result.failure
-    if result.aborted:
-        sample.status = _status("ABORTED")
-        return None
-    return float(result.score)
+    sample.metadata[ABORTED_KEY] = bool(result.aborted)
+    return 0.0 if result.aborted else float(result.score)
 
 
-async def reward(args: Any, sample: Any, **kwargs: Any) -> float | None | list[float | None]:
+async def reward(args: Any, sample: Any, **kwargs: Any) -> float | list[float]:
     """slime ``--custom-rm-path`` hook: one sample (or a list when a generate function fans out).
 
     Verifiers may block (sandboxes, math-verify), so each runs in a worker thread; the event loop that
@@ -93,8 +114,9 @@ async def reward(args: Any, sample: Any, **kwargs: Any) -> float | None | list[f
 
 
 def _is_aborted(sample: Any) -> bool:
+    """True for a reward infra failure (our flag) or a generation slime itself aborted."""
     status = getattr(sample.status, "name", str(sample.status)).upper()
-    return status == "ABORTED" or sample.reward is None
+    return bool((sample.metadata or {}).get(ABORTED_KEY)) or status == "ABORTED" or sample.reward is None
 
 
 def _is_truncated(sample: Any) -> bool:

@@ -5,6 +5,9 @@
 2. slime's cross-flag rules (``slime_validate_args``, SGLang/Megatron ``validate_args``) hold.
 3. The parallel layout fits the node count and GLM-4.5-Air (heads, query groups, experts, layers).
 4. Every Table 16 number of the stage (RA) appears in its command under the flag that carries it.
+5. Rules the flag table cannot see, found by reading slime and SGLang: the context budget (prompt +
+   response < context, for rollouts and evals; slime does not clamp and SGLang refuses), FP8 block shapes
+   against the SGLang engine's TP/EP, and GSPO without per-token loss reduction.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from infra.production.flags import check_argv, parse_namespace
-from infra.production.model_args import NUM_ATTENTION_HEADS, NUM_EXPERTS, NUM_QUERY_GROUPS
+from infra.production.model_args import (
+    MODEL_CONTEXT,
+    MOE_FFN_HIDDEN,
+    NUM_ATTENTION_HEADS,
+    NUM_EXPERTS,
+    NUM_QUERY_GROUPS,
+    SHARED_EXPERT_HIDDEN,
+)
 
 #: RA Table 16 by paper section: lr, batch (prompts, or sequences for SFT), samples/prompt, optimizer
 #: steps/rollout, response budgets (tokens; 128K context for SFT), nodes.
@@ -127,11 +137,16 @@ def table16_problems(section: str, kind: str, trains: list[list[str]]) -> list[s
     if want is None:
         return []
     batch_flag = "--global-batch-size" if kind == "sft" else "--rollout-batch-size"
-    budget_flag = "--rollout-max-context-len" if kind == "sft" else "--rollout-max-response-len"
+    # An RL budget is a response budget, or a context one where it reaches the model's 128K (02's phase 2).
+    budget_flags = (
+        ("--rollout-max-context-len",)
+        if kind == "sft"
+        else ("--rollout-max-response-len", "--rollout-max-context-len")
+    )
     checks = [
         ("--lr", want["lr"]),
         (batch_flag, want["batch"]),
-        (budget_flag, want["budget"]),
+        (budget_flags[0], want["budget"]),
         ("--actor-num-nodes", [want["nodes"]]),
     ]
     for key, flag in (
@@ -143,12 +158,73 @@ def table16_problems(section: str, kind: str, trains: list[list[str]]) -> list[s
         if key in want:
             checks.append((flag, [want[key]]))
     found = {flag: {v for argv in trains for v in _values(argv, flag)} for flag, _ in checks}
+    found[budget_flags[0]] = {v for argv in trains for f in budget_flags for v in _values(argv, f)}
     return [
         f"Table 16 ({section}): {flag} {v:g} missing (command has {sorted(found[flag])})"
         for flag, vals in checks
         for v in vals
         if not any(abs(x - v) <= 1e-12 * max(1, abs(v)) for x in found[flag])
     ]
+
+
+def context_problems(argv: list[str]) -> list[str]:
+    """Prompt + response budgets must stay below the context, for rollouts and held-out evals.
+
+    slime passes ``--rollout-max-response-len`` as ``max_new_tokens`` unclamped, and SGLang refuses a
+    request whose prompt + ``max_new_tokens`` reaches its context (the model's 131,072 tokens).
+    """
+    a = parse_namespace(argv)
+    prompt = a.get("rollout_max_prompt_len")
+    if prompt is None or a.get("debug_train_only"):
+        return []
+    context = min(a.get("rollout_max_context_len") or MODEL_CONTEXT, MODEL_CONTEXT)
+    out = []
+    for flag, dest in (
+        ("--rollout-max-response-len", "rollout_max_response_len"),
+        ("--eval-max-response-len", "eval_max_response_len"),
+    ):
+        resp = a.get(dest)
+        if resp is not None and prompt + resp > context - 1:
+            out.append(
+                f"--rollout-max-prompt-len {prompt} + {flag} {resp} = {prompt + resp} must be < context "
+                f"{context} (SGLang refuses prompt + max_new_tokens >= context; budget the response as "
+                f"context − prompt − 1 = {context - prompt - 1})"
+            )
+    return out
+
+
+def fp8_problems(convert_argv: list[str], train_argv: list[str]) -> list[str]:
+    """Block FP8 needs every per-GPU MoE / shared-expert width to be a multiple of the block edge.
+
+    SGLang's block-FP8 weight creation refuses a partitioned width that is not. An engine of TP t and
+    expert parallel e splits routed experts t/e ways and shared experts t ways.
+    """
+    if "--block-size" not in convert_argv:
+        return []
+    block = int(convert_argv[convert_argv.index("--block-size") + 1])
+    a = parse_namespace(train_argv)
+    tp = int(a.get("rollout_num_gpus_per_engine") or 1)
+    ep = int(a.get("sglang_ep_size") or 1)
+    out = []
+    for what, width, split in (
+        ("routed-expert", MOE_FFN_HIDDEN, max(tp // ep, 1)),
+        ("shared-expert", SHARED_EXPERT_HIDDEN, tp),
+    ):
+        if width % split or (width // split) % block:
+            out.append(
+                f"block FP8 ({block}×{block}): {what} width {width}/{split} = {width / split:g} per GPU is "
+                f"not a multiple of {block} at engine TP {tp}, EP {ep}; use production.sglang.fp8_strategy "
+                "tensor"
+            )
+    return out
+
+
+def loss_reduction_problems(argv: list[str]) -> list[str]:
+    """GSPO is a mean of per-sequence terms: slime's per-token loss flag would length-weight them."""
+    a = parse_namespace(argv)
+    if a.get("advantage_estimator") == "gspo" and a.get("calculate_per_token_loss"):
+        return ["--advantage-estimator gspo with --calculate-per-token-loss weights sequences by length"]
+    return []
 
 
 def validate_plan(plans: list[Any]) -> list[str]:
@@ -164,6 +240,10 @@ def validate_plan(plans: list[Any]) -> list[str]:
             probs = (
                 check_argv(t.argv) + cross_flag_problems(t.argv, t.entry) + layout_problems(t.argv, longest)
             )
+            probs += context_problems(t.argv) + loss_reduction_problems(t.argv)
+            for step in getattr(plan, "steps", []):
+                if step.name.startswith("fp8_convert"):
+                    probs += fp8_problems(step.argv, t.argv)
             out += [f"{tag}: {m}" for m in probs]
         source, section = plan.paper
         if source == "rufus-air":
