@@ -2,18 +2,22 @@
 
 The label is a list of rubrics, each one of:
 
-* ``{"kind": "code", "check": "<constraint id>", "kwargs": {...}}`` — a checker from the hand-written
-  pool (:mod:`rewards.if_constraints`), run in-process (our own code);
+* ``{"kind": "code", "check": "<constraint id>", "kwargs": {...}}`` — a checker from the constraint
+  pool (:mod:`rewards.if_constraints`: IFEval's reference checkers from lm-eval, run in-process);
 * ``{"kind": "code_src", "source": "<python>"}`` — a teacher-written checker defining
   ``check(response) -> bool``; it is untrusted code and runs in the sandbox (:mod:`infra.sandbox`);
 * ``{"kind": "judge", "requirement": "<text>"}`` — graded by an LLM judge through the ``rubric``
   package's ``PerCriterionOneShotGrader`` on an OpenAI-compatible endpoint (``RUFUS_JUDGE_BASE_URL``,
   ``RUFUS_JUDGE_MODEL``, optional ``RUFUS_JUDGE_API_KEY``).
 
-There are no optional rubrics: every rubric must pass. Rubrics see only the final answer (the think
-block is removed). Code rubrics run first and the first failure decides the reward, so the judge is only
-asked when the outcome still depends on it. Infrastructure problems — no judge endpoint configured, the
-endpoint failing, the sandbox not starting — make the result ``aborted``, never a pass and never a 0.
+Code rubrics' ids and kwargs are validated with the label (a bad one is ``bad_label``); a checker that
+still fails on a response is ``checker_error`` (score 0, the exception kept), and answers longer than
+``MAX_RESPONSE_CHARS`` are ``response_too_long``: every pool checker is linear in what it reads, so a
+call is bounded. There are no optional rubrics: every rubric must pass. Rubrics see only the final
+answer (the think block is removed). Code rubrics run first and the first failure decides the reward,
+so the judge is only asked when the outcome still depends on it. Infrastructure problems — no judge
+endpoint configured, the endpoint failing, the sandbox not starting — make the result ``aborted``, never
+a pass and never a 0.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any
 
 from rewards.answer_extract import split_thinking
 from rewards.contract import RewardRequest, RewardResult, register_reward
-from rewards.if_constraints import check_constraint
+from rewards.if_constraints import MAX_RESPONSE_CHARS, check_constraint, get_constraint
 
 RUBRIC_KINDS = ("code", "code_src", "judge")
 CODE_SRC_TIMEOUT_S = 10.0
@@ -49,8 +53,14 @@ def validate_rubrics(label: Any) -> list[dict[str, Any]]:
         need = {"code": "check", "code_src": "source", "judge": "requirement"}[rub["kind"]]
         if not isinstance(rub.get(need), str) or not rub[need].strip():
             raise ValueError(f"rubric {i} ({rub['kind']}): missing string field {need!r}")
-        if rub["kind"] == "code" and not isinstance(rub.get("kwargs", {}), dict):
-            raise ValueError(f"rubric {i} (code): kwargs must be a dict")
+        if rub["kind"] == "code":
+            kwargs = rub.get("kwargs") or {}
+            if not isinstance(kwargs, dict):
+                raise ValueError(f"rubric {i} (code): kwargs must be a dict")
+            try:
+                get_constraint(rub["check"]).validate(kwargs)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"rubric {i} (code): {exc}") from None
     return label
 
 
@@ -198,8 +208,9 @@ def score_rubrics(rubrics: list[dict[str, Any]], response: str, prompt: list[dic
         if rub["kind"] == "code":
             try:
                 ok = check_constraint(rub["check"], response, rub.get("kwargs") or {})
-            except (KeyError, TypeError, ValueError) as exc:
-                return RewardResult(score=0.0, failure="bad_label", details={"error": f"{key}: {exc}"})
+            except Exception as exc:  # noqa: BLE001 - kwargs were validated: this is the checker failing
+                error = f"{key}: {type(exc).__name__}: {str(exc)[:200]}"
+                return RewardResult(score=0.0, failure="checker_error", details={"error": error})
         else:
             try:
                 ok, note = run_code_src(rub["source"], response)
@@ -245,6 +256,8 @@ def if_rubrics_reward(request: RewardRequest) -> RewardResult:
         return RewardResult(score=0.0, failure=problem)
     if not final:
         return RewardResult(score=0.0, failure="empty_answer")
+    if len(final) > MAX_RESPONSE_CHARS:
+        return RewardResult(score=0.0, failure="response_too_long", details={"chars": len(final)})
     result = score_rubrics(rubrics, final, request.prompt)
     result.parsed = final
     return result

@@ -1,4 +1,4 @@
-"""IF rewards: the constraint pool, all-rubrics-pass, sandboxed teacher checkers and the judge boundary."""
+"""IF rewards: the constraint pool (reference checkers), all-rubrics-pass, teacher checkers, judge."""
 
 from __future__ import annotations
 
@@ -121,6 +121,48 @@ def test_checker_semantics(cid, kwargs, good, bad):
     assert check_constraint(cid, good, kwargs)
     assert not check_constraint(cid, bad, kwargs)
     assert CONSTRAINTS[cid].phrase(**kwargs)
+
+
+def test_bad_kwargs_are_a_bad_label_never_a_random_constraint():
+    """The reference fills missing or invalid kwargs with random ones; labels must say them exactly."""
+    bad = [
+        {"kind": "code", "check": "detectable_content:number_placeholders", "kwargs": {}},
+        {
+            "kind": "code",
+            "check": "keywords:letter_frequency",
+            "kwargs": {"letter": "ab", "let_frequency": 1, "let_relation": "at least"},
+        },
+        {
+            "kind": "code",
+            "check": "keywords:frequency",
+            "kwargs": {"keyword": "a", "frequency": 1, "relation": "about"},
+        },
+        {"kind": "code", "check": "startend:start_checker", "kwargs": {}},
+    ]
+    for rub in bad:
+        assert _if("<think>t</think>\nx", [rub]).failure == "bad_label", rub
+
+
+def test_checker_failure_is_named_not_passed(monkeypatch):
+    from rewards import instruction_following as ifr
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ifr, "check_constraint", broken)
+    res = _if("<think>t</think>\nx", [{"kind": "code", "check": "punctuation:no_comma"}])
+    assert res.score == 0.0 and res.failure == "checker_error" and "boom" in res.details["error"]
+
+
+def test_sentence_count_uses_punkt_like_the_reference():
+    text = "Mr. Smith met Dr. Jones at 5 p.m. in the U.S. today. He left."
+    kwargs = {"num_sentences": 3, "relation": "less than"}
+    assert check_constraint("length_constraints:number_sentences", text, kwargs)
+    caps = {"capital_frequency": 2, "capital_relation": "less than"}
+    assert check_constraint("change_case:capital_word_frequency", "STATE-OF-THE-ART work", caps)
+    assert check_constraint(
+        "detectable_content:postscript", "hi\nP. P. S. more", {"postscript_marker": "P.P.S"}
+    )
 
 
 def _if(response: str, label, prompt=None):
