@@ -130,6 +130,8 @@ def decontam(
 
     A benchmark file that yields no item is an error.
     """
+    from data_prep.dense import DenseUnavailable  # numpy: only when the command runs
+
     try:
         specs, fields = parse_benchmarks(benchmark, benchmark_field)
         _check_paths(corpus, out, specs)
@@ -169,7 +171,7 @@ def decontam(
             manifest.add_output(out / name, sha)
         manifest.add_output(out / "report.json")
         manifest.write(out / "manifest.json")
-    except (UsageError, BenchmarkError) as exc:
+    except (UsageError, BenchmarkError, DenseUnavailable) as exc:
         _fail(str(exc))
         return
     except OSError as exc:

@@ -260,9 +260,14 @@ def decontaminate_file(
     ``fields`` names the text field of custom (unregistered) benchmarks. Returns the report (with
     ``benchmark_malformed``), the corpus's malformed-row counter (lines that are not UTF-8, not JSON,
     not objects, or lack an id or text, each with its ``file:line``) and the sha256 of each output file.
-    Raises :class:`BenchmarkError` before writing anything when a benchmark yields no screenable item.
+    Raises :class:`BenchmarkError` before writing anything when a benchmark yields no screenable item, and
+    :class:`data_prep.dense.DenseUnavailable` when ``dense`` is asked for without its packages installed.
     """
     out_dir = Path(out_dir)
+    if dense:  # before any work: a missing optional package must not cost a full exact scan first
+        from data_prep.dense import require_dense
+
+        require_dense(dense_model)
     per_benchmark: dict[str, MalformedCounter] = {}
     loaded = load_benchmarks(
         benchmarks, MalformedCounter(), fields, per_benchmark=per_benchmark, require_items=True

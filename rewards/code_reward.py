@@ -23,7 +23,7 @@ from typing import Any
 
 from infra.sandbox import Limits, SandboxUnavailable, WorkerPool
 from infra.sandbox.judge import JudgeReport, compile_tests, judge_functional, judge_stdio
-from rewards.contract import RewardRequest, RewardResult, register_reward
+from rewards.contract import RewardRequest, RewardResult, register_reward, verifier_error
 
 MAX_TESTS = 50
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -130,7 +130,10 @@ class CodeScorer:
                 pool = self.pool
             except SandboxUnavailable as exc:
                 return [p if isinstance(p, RewardResult) else _aborted(exc) for p in prepared]
-            done = iter(pool.map(self._run, jobs))
+            try:
+                done = iter(pool.map(self._run, jobs))
+            except SandboxUnavailable as exc:  # a worker that cannot be lent or restarted
+                return [p if isinstance(p, RewardResult) else _aborted(exc) for p in prepared]
             prepared = [next(done) if isinstance(p, _Job) else p for p in prepared]
         return prepared  # type: ignore[return-value]
 
@@ -162,6 +165,10 @@ class CodeScorer:
                 report = judge_stdio(channel, job.code, ins, outs, self.limits.test_timeout_s, deadline)
         except SandboxUnavailable as exc:
             return _aborted(exc)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a job must never end the scoring process
+            return verifier_error(exc)
         return _result(job, report)
 
 

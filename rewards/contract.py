@@ -101,18 +101,28 @@ def registered_rewards() -> list[str]:
     return sorted(set(_REGISTRY) | set(_PROVIDERS))
 
 
+def verifier_error(exc: BaseException) -> RewardResult:
+    """A fail-closed result for a verifier that raised: score 0, ``verifier_error``, the exception named."""
+    return RewardResult(
+        score=0.0, failure="verifier_error", details={"error": f"{type(exc).__name__}: {exc}"[:500]}
+    )
+
+
 def safe_score(fn: RewardFn, request: RewardRequest) -> RewardResult:
     """Call ``fn``; a crash inside a verifier becomes a fail-closed result that names the exception.
 
     This is not a silent fallback: the failure kind is ``verifier_error`` and the exception text is kept,
-    so the parse/verifier failure rate is logged and a broken verifier shows up in metrics.
+    so the parse/verifier failure rate is logged and a broken verifier shows up in metrics. Every
+    ``BaseException`` is caught (``SystemExit``, ``RecursionError``, a verifier's own control-flow
+    exceptions), so no model output can end training; only ``KeyboardInterrupt`` passes, because it is
+    the operator stopping the run.
     """
     try:
         result = fn(request)
-    except Exception as exc:  # noqa: BLE001 - model output must never crash training
-        return RewardResult(
-            score=0.0, failure="verifier_error", details={"error": f"{type(exc).__name__}: {exc}"}
-        )
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - model output must never crash training
+        return verifier_error(exc)
     if not isinstance(result, RewardResult):
         raise TypeError(
             f"reward {getattr(fn, '__name__', fn)!r} returned {type(result).__name__}, not RewardResult"

@@ -6,10 +6,13 @@
   and the gold label. Identical strings pass without parsing; everything else runs in a
   :class:`~rewards.timeout_pool.TimeoutPool` worker with a hard deadline (math-verify's ``signal.alarm``
   timeout needs the main thread), and the worker caches the parsed gold. A timeout scores 0
-  (``timeout``); a crashed worker is an infrastructure failure (``aborted``).
+  (``timeout``); a crashed worker is an infrastructure failure (``aborted``). An answer longer than
+  :data:`MAX_MATH_ANSWER_CHARS` is never parsed (``answer_too_long``, 0 unless it equals a gold
+  exactly): math-verify's parse time grows faster than the answer, and no real final answer is that long.
 * ``puzzle`` — reasoning-gym's own checker: ``metadata.dataset`` names the dataset and
   ``metadata.entry`` is the generated entry ``score_answer`` needs. Only a full score (1.0) passes;
-  reasoning-gym's partial credit (e.g. 0.01 for a well-formed wrong answer) is reported in components.
+  reasoning-gym's partial credit (e.g. 0.01 for a well-formed wrong answer) is reported in components;
+  a checker that raises on the answer scores 0 as ``verifier_error``, naming the exception.
 * ``science`` — fuzzy match against the reference answer(s), see :func:`science_match`.
 
 :func:`assign_family` is the keyword heuristic data prep uses, since crawled problems carry no subject.
@@ -37,6 +40,7 @@ MATH_TIMEOUT_S = float(os.environ.get("RUFUS_MATH_TIMEOUT", "5"))
 MATH_WORKERS = int(os.environ.get("RUFUS_MATH_WORKERS", str(min(2, os.cpu_count() or 1))))
 SCIENCE_RATIO = 0.9  # difflib ratio on normalised strings ("mitosis" vs "meiosis" is 0.857)
 SCIENCE_F1 = 0.8  # token F1 on normalised strings
+MAX_MATH_ANSWER_CHARS = 2000  # longer answers are not handed to math-verify (see the module docstring)
 
 _pool: TimeoutPool | None = None
 _pool_lock = threading.Lock()
@@ -68,6 +72,13 @@ def math_score(answer: str, golds: list[str], timeout: float = MATH_TIMEOUT_S) -
     """Score a canonical answer against gold labels with Math-Verify (any gold may match)."""
     if any(_plain(answer) == _plain(g) for g in golds):
         return RewardResult(score=1.0, parsed=answer, components={"exact": 1.0})
+    if len(answer) > MAX_MATH_ANSWER_CHARS:
+        return RewardResult(
+            score=0.0,
+            parsed=answer,
+            failure="answer_too_long",
+            details={"chars": len(answer), "limit": MAX_MATH_ANSWER_CHARS},
+        )
     notes = []
     for gold in golds:
         try:
@@ -77,6 +88,10 @@ def math_score(answer: str, golds: list[str], timeout: float = MATH_TIMEOUT_S) -
         except WorkerCrashed as exc:
             return RewardResult(
                 score=0.0, parsed=answer, aborted=True, failure="verifier_crash", details={"error": str(exc)}
+            )
+        except RuntimeError as exc:  # math-verify raised on this answer in the worker: fail closed, named
+            return RewardResult(
+                score=0.0, parsed=answer, failure="verifier_error", details={"error": str(exc)[:500]}
             )
         if ok:
             return RewardResult(score=1.0, parsed=answer, components={"math_verify": 1.0})
@@ -113,7 +128,15 @@ def puzzle_score(answer: str, metadata: dict[str, Any]) -> RewardResult:
         checker = _puzzle_checker(dataset)
     except Exception as exc:  # noqa: BLE001 - an unknown dataset is a label error, reported as such
         return RewardResult(score=0.0, parsed=answer, failure="bad_label", details={"error": repr(exc)})
-    value = float(checker(answer, entry))
+    try:
+        value = float(checker(answer, entry))
+    except Exception as exc:  # noqa: BLE001 - a third-party checker choking on model output fails closed, named
+        return RewardResult(
+            score=0.0,
+            parsed=answer,
+            failure="verifier_error",
+            details={"error": f"{type(exc).__name__}: {exc}"},
+        )
     passed = value >= 1.0 - 1e-9
     return RewardResult(
         score=1.0 if passed else 0.0,
@@ -125,9 +148,15 @@ def puzzle_score(answer: str, metadata: dict[str, Any]) -> RewardResult:
 
 def _normalise(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).lower()
-    text = re.sub(r"\\text\{([^}]*)\}", r"\1", text)
+    # Every ``\text{`` before the last ``}`` matches; past it none can. Substituting only up to there gives
+    # the same string and keeps thousands of unclosed ``\text{`` from each rescanning to the end.
+    cut = text.rfind("}") + 1
+    text = _TEXT_MACRO.sub(r"\1", text[:cut]) + text[cut:]
     text = re.sub(r"(?<!\d)\.|\.(?!\d)|[^\w.]", " ", text)
     return " ".join(w for w in text.split() if w not in {"a", "an", "the"})
+
+
+_TEXT_MACRO = re.compile(r"\\text\{([^}]*)\}")
 
 
 def _token_f1(a: list[str], b: list[str]) -> float:

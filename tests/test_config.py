@@ -246,7 +246,8 @@ def test_embedded_phases_replace_rl_phases(tmp_path: Path):
     assert (r1.prompts_per_step, r1.samples_per_prompt) == (2, 16)
     assert (r1.max_response_tokens, r1.num_rollouts) == (64, 6)
     assert p1 == prod.rl.phase_settings()[1][1]
-    assert prod.rl.phase_settings()[1][0].max_response_tokens == 131072
+    # phase 2 budget = 131,072 context − 8,192 prompt allowance − 1 (SGLang: prompt + new < context)
+    assert prod.rl.phase_settings()[1][0].max_response_tokens == 131072 - 8192 - 1
     # A bad value in embedded.phases is named by the layer it came from once it replaces rl.phases.
     dst = _stage_copy(tmp_path, "02_coding_rl")
     _edit_launch(dst, lambda d: d["embedded"]["phases"][0]["rollout"].update(num_rollouts="many"))
@@ -291,3 +292,59 @@ def test_both_profiles_are_validated_whichever_runs(tmp_path: Path):
     (folder / "launch.yaml").write_text(yaml.safe_dump(launch))
     with pytest.raises(ConfigError, match=r"sft\.epochs[\s\S]*in the embedded profile"):
         resolve_stage(folder, "production")
+
+
+# ---- paths a recipe names: the recipe's folder, its parent, then the repository root -----------------------
+def test_a_recipe_anywhere_finds_a_stage_folder_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    where = tmp_path / "experiments" / "deep"
+    shutil.copytree(REPO_ROOT / "stages" / "01_reasoning_rl", where / "01_reasoning_rl")
+    recipe = where / "r.yaml"
+    recipe.write_text(yaml.safe_dump(_base_recipe(["01_reasoning_rl"])))
+    monkeypatch.chdir(tmp_path)  # not the recipe's folder: the current directory plays no part
+    assert load_recipe(recipe).stages[0].folder == (where / "01_reasoning_rl").resolve()
+    # The recipe's own folder wins over the repository's stage of the same relative name.
+    shutil.copytree(REPO_ROOT / "stages" / "01_reasoning_rl", where / "stages" / "01_reasoning_rl")
+    recipe.write_text(yaml.safe_dump(_base_recipe(["stages/01_reasoning_rl"])))
+    assert load_recipe(recipe).stages[0].folder == (where / "stages" / "01_reasoning_rl").resolve()
+
+
+def test_a_stage_folder_found_nowhere_lists_the_places_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)
+    recipe = _recipe(tmp_path, _base_recipe(["stages/99_nowhere"]))
+    with pytest.raises(ConfigError) as err:
+        load_recipe(recipe)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{recipe}: stage folder 'stages/99_nowhere' not found")
+    for place in (recipe.parent, tmp_path, REPO_ROOT):
+        assert str(place / "stages" / "99_nowhere") in msg, msg
+
+
+def test_the_recipe_file_is_found_from_the_repo_root_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_recipe(Path("recipes/tiny.yaml")).path == (REPO_ROOT / "recipes" / "tiny.yaml").resolve()
+    with pytest.raises(ConfigError, match=r"recipe 'recipes/nope\.yaml' not found \(looked in: "):
+        load_recipe(Path("recipes/nope.yaml"))
+
+
+def test_data_files_and_base_folder_named_by_a_recipe_resolve_beside_it(tmp_path: Path):
+    bench = tmp_path / "recipes" / "held" / "mine.jsonl"
+    bench.parent.mkdir(parents=True)
+    bench.write_text("{}\n")
+    (tmp_path / "ckpt").mkdir()
+    body = _base_recipe([{"stage": "stages/01_reasoning_rl", "overrides": {"data": {"benchmarks": {}}}}])
+    body["base"] = {"model": "ckpt"}  # found in the recipe's parent: a local folder, made absolute
+    body["overrides"] = {"data": {"benchmarks": {"aime25": "held/mine.jsonl"}}}
+    loaded = load_recipe(_recipe(tmp_path, body))
+    assert loaded.recipe.base.model == str((tmp_path / "ckpt").resolve())
+    assert loaded.stages[0].resolved["data"]["benchmarks"] == {"aime25": str(bench.resolve())}
+    body["base"] = {"model": "zai-org/GLM-4.5-Air-Base"}  # a hub id stays a hub id
+    body["overrides"] = {"data": {"benchmarks": {"aime25": "held/missing.jsonl"}}}
+    with pytest.raises(ConfigError, match=r"overrides: data\.benchmarks\.aime25: file 'held/missing\.jsonl'"):
+        load_recipe(_recipe(tmp_path, body))
+    body["overrides"] = {}
+    assert load_recipe(_recipe(tmp_path, body)).recipe.base.model == "zai-org/GLM-4.5-Air-Base"
+    body["base"] = {"model": "./no-such-ckpt"}
+    with pytest.raises(ConfigError, match=r"base\.model: folder './no-such-ckpt' not found \(looked in"):
+        load_recipe(_recipe(tmp_path, body))

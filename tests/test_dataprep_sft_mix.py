@@ -14,6 +14,7 @@ from data_prep.length import apply_length
 from data_prep.schema import Message, SFTSample
 from data_prep.sft_mix import build_sft_mix
 from data_prep.sources import SFT_SOURCES, get_source, iter_source_rows, local_source
+from infra.layering import ConfigError
 
 FIX = Path(__file__).parent / "fixtures" / "dataprep"
 # A GLM-shaped template: tool schemas in the system turn, <think> wrappers, tool calls and observations.
@@ -139,3 +140,21 @@ def test_registry_has_the_17_sources_and_refuses_unpinned_hub_loads():
         next(iter_source_rows(get_source("Toucan-1.5M"), MalformedCounter()))
     with pytest.raises(KeyError, match="unknown SFT source"):
         get_source("nope")
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"\n\n", b'{"unrelated": 1}\n'], ids=["empty", "blank", "wrong_format"]
+)
+def test_a_benchmark_file_without_items_stops_the_mix_naming_it(tmp_path, content):
+    bench = tmp_path / "ifeval.jsonl"
+    bench.write_bytes(content)
+    src = tmp_path / "rows.jsonl"
+    write_jsonl(src, [{"id": "fine", "input": "hi", "output": "hello"}])
+    with pytest.raises(
+        ConfigError, match=r"data\.benchmarks: benchmark ifeval: no items in .*ifeval\.jsonl"
+    ) as err:
+        build_sft_mix(
+            [local_source(src, fmt="prompt_response")], tmp_path / "o", benchmarks={"ifeval": bench}
+        )
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "o" / "sft.jsonl").exists()

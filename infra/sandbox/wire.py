@@ -80,34 +80,66 @@ def encode(value: object, handles: dict[int, object] | None = None) -> object:
 
 
 _SCALARS = (type(None), bool, int, float, str)
+#: Deepest nesting :func:`decode` accepts (a list in a list … counts one level each). Honest answers nest
+#: far less; the bound keeps decoding far from the interpreter's recursion limit, whatever the sender did.
+MAX_DEPTH = 200
+#: Most values (containers and scalars) one :func:`decode` call builds; frames are size-capped as well.
+MAX_NODES = 1 << 21
 
 
 def decode(obj: object, handle_factory=None) -> object:
-    """Decode tagged JSON into builtin values only; anything unexpected raises :class:`ProtocolError`."""
+    """Decode tagged JSON into builtin values only; anything unexpected raises :class:`ProtocolError`.
+
+    Nesting deeper than :data:`MAX_DEPTH` or more than :data:`MAX_NODES` values is refused (a
+    ``ProtocolError``, never a ``RecursionError``), so a hostile answer cannot exhaust the host's stack.
+    """
+    budget = [MAX_NODES]
+    try:
+        return _decode(obj, handle_factory, 0, budget)
+    except RecursionError:  # a caller already deep in its own stack: still a clean protocol failure
+        raise ProtocolError("value nests too deeply to decode") from None
+
+
+def _decode(obj: object, factory, depth: int, budget: list[int]) -> object:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ProtocolError(f"value has more than {MAX_NODES} parts")
     if isinstance(obj, _SCALARS):
         return obj
+    if depth >= MAX_DEPTH:
+        raise ProtocolError(f"value nests deeper than {MAX_DEPTH} levels")
+    depth += 1
     if isinstance(obj, list):
-        return [decode(v, handle_factory) for v in obj]
+        return [_decode(v, factory, depth, budget) for v in obj]
     if not isinstance(obj, dict) or len(obj) != 1:
         raise ProtocolError("malformed value")
     ((tag, body),) = obj.items()
     try:
         if tag == "t":
-            return tuple(decode(v, handle_factory) for v in body)
+            return tuple(_decode(v, factory, depth, budget) for v in _items(body))
         if tag == "d":
-            return {decode(k, handle_factory): decode(v, handle_factory) for k, v in body}
+            return {
+                _decode(k, factory, depth, budget): _decode(v, factory, depth, budget)
+                for k, v in _items(body)
+            }
         if tag == "s":
-            return {decode(v, handle_factory) for v in body}
+            return {_decode(v, factory, depth, budget) for v in _items(body)}
         if tag == "f":
-            return frozenset(decode(v, handle_factory) for v in body)
+            return frozenset(_decode(v, factory, depth, budget) for v in _items(body))
         if tag == "b":
             return base64.b64decode(body, validate=True)
         if tag == "c":
             return complex(float(body[0]), float(body[1]))
         if tag == "I":
             return int(body, 16)
-        if tag == "h" and handle_factory is not None and isinstance(body, int):
-            return handle_factory(body)
-    except (TypeError, ValueError, RecursionError) as exc:
+        if tag == "h" and factory is not None and isinstance(body, int) and not isinstance(body, bool):
+            return factory(body)
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
         raise ProtocolError(f"malformed {tag!r} value: {exc}") from None
     raise ProtocolError(f"unknown value tag {tag!r}")
+
+
+def _items(body: object) -> list:
+    if not isinstance(body, list):
+        raise ProtocolError("malformed container value")
+    return body

@@ -87,7 +87,12 @@ def calculator_reward(request: RewardRequest) -> RewardResult:
     found = _BOXED.findall(request.response)
     if not found:
         return RewardResult(score=0.0, failure="no_answer")
-    answer = int(found[-1])
+    try:
+        answer = int(found[-1])
+    except ValueError:  # more digits than int() converts (4,300): no gold of int() is that long
+        return RewardResult(
+            score=0.0, parsed=found[-1][:80], failure="wrong", details={"digits": len(found[-1])}
+        )
     ok = answer == gold
     return RewardResult(score=float(ok), parsed=str(answer), failure=None if ok else "wrong")
 
