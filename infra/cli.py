@@ -3,6 +3,7 @@
 rufus run recipes/tiny.yaml                 # the whole recipe on the embedded (CPU) profile
 rufus run recipes/tiny.yaml --only 01_reasoning_rl --set rl.rollout.num_rollouts=4
 rufus plan recipes/rufus-air.yaml --check   # the production runbook, validated against slime's flags
+rufus preflight stages/02_coding_rl --init-from CKPT --data DIR   # a stage's CPU checks before its GPU job
 rufus stage stages/01_reasoning_rl train --init-from runs/tiny/00_sft/export
 rufus status runs/tiny
 rufus report runs/tiny
@@ -156,6 +157,31 @@ def plan(
         )
     if execute:
         execute_plan(plans)
+
+
+@app.command()
+def preflight(
+    stage: str = typer.Argument(
+        ..., help="A stage folder (stages/01_reasoning_rl) or a stage id of --recipe."
+    ),
+    init_from: Path | None = typer.Option(None, "--init-from", help="The stage's input HF checkpoint."),
+    data: Path | None = typer.Option(
+        None, "--data", help="The stage's data folder (default: the cluster's)."
+    ),
+    recipe: Path | None = typer.Option(None, "--recipe", help="Recipe whose stage id STAGE names."),
+    base: bool = typer.Option(
+        False, "--base", help="The input is a base checkpoint (it has no handoff record).", metavar=""
+    ),
+) -> None:
+    """Check a stage before its GPU job: hooks, reward samples, sandbox, judge, data, input handoff."""
+    from infra.production.preflight import failed, run_preflight
+
+    checks = run_preflight(stage, init_hf=init_from, data_dir=data, recipe=recipe, base=base, echo=typer.echo)
+    bad = failed(checks)
+    if bad:
+        typer.echo(f"preflight failed: {', '.join(c.name for c in bad)} ({len(bad)} of {len(checks)} checks)")
+        raise typer.Exit(code=2)
+    typer.echo(f"preflight passed ({len(checks)} checks)")
 
 
 def _print_status(run_dir: Path) -> None:

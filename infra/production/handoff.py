@@ -6,7 +6,8 @@ runs slime's ``tools/convert_torch_dist_to_hf.py`` with
 ``--origin-hf-dir`` so tokenizer and config come from the stage's input. ``verify`` checks what the next
 stage depends on: the model shape in ``config.json`` is unchanged, the tokenizer files and chat template
 are byte-identical to the input's, every weight the input has is present, and the export is not an FP8
-copy. Pure file checks, so they run (and are tested) without a GPU.
+copy; a verified export is then signed (``handoff.json`` beside it, ``infra.handoff``), which the next
+stage's ``rufus preflight`` checks. Pure file checks, so they run (and are tested) without a GPU.
 
 The multi-token-prediction (MTP) layer: GLM-4.5-Air's HF checkpoints carry one at layer 46
 (``model.layers.46.*``, after the 46 decoder layers). No stage trains it (the model flags build no MTP
@@ -166,6 +167,16 @@ def verify_handoff(hf_dir: Path, origin_hf_dir: Path) -> list[str]:
     return problems
 
 
+def sign_export(hf_dir: Path, origin_hf_dir: Path) -> dict:
+    """Write ``handoff.json`` beside a verified export (file hashes, lineage): the next stage's preflight
+    verifies its input against it (``infra.handoff.verify_handoff``)."""
+    from infra.handoff import write_handoff
+
+    lineage = {"origin_hf_dir": str(origin_hf_dir)}
+    stage_dir = hf_dir.parent
+    return write_handoff(stage_dir, hf_dir, stage=stage_dir.name, lineage=lineage, config_hash="", metrics={})
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``export`` (select iteration + convert) or ``verify``; non-zero exit on any problem."""
     ap = argparse.ArgumentParser(prog="python -m infra.production.handoff")
@@ -205,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         print(p, file=sys.stderr)
     if not problems:
-        print(f"handoff OK: {args.hf_dir}")
+        sign_export(args.hf_dir, args.origin_hf_dir)
+        print(f"handoff OK: {args.hf_dir} (signed in {args.hf_dir.parent / 'handoff.json'})")
     return 1 if problems else 0
 
 

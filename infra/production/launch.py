@@ -6,6 +6,11 @@ slime's multi-node scripts. ``${MASTER_ADDR}``/``${NODE_IP}`` are left for the s
 are the stage's ``production.forward_env`` variables (e.g. stage 03's ``RUFUS_JUDGE_*``): the Ray actors
 that score rewards see only the runtime env, not the head node's shell. On KubeRay they come from the
 ``rufus-env`` secret.
+
+Every pod of the RayJob carries :data:`SANDBOX_SECURITY_CONTEXT`, what the bubblewrap code sandbox
+(``infra.sandbox``; Coding RL's rewards, IF RL's teacher checkers) needs inside a container, and an
+annotation saying why (README "The sandbox inside a pod"). Reward scoring runs in slime's rollout actors,
+on any node, so head and workers get the same.
 """
 
 from __future__ import annotations
@@ -16,6 +21,22 @@ from typing import Any
 import yaml
 
 from infra.production.cluster import ClusterProfile
+
+#: The least a container needs for the sandbox's bwrap, run as root without a user namespace so each job
+#: gets its own unprivileged uid: SYS_ADMIN for the mount/PID/net/IPC/UTS namespaces and its tmpfs/proc
+#: mounts; seccomp Unconfined because the runtime default profile refuses pivot_root (bwrap's switch to
+#: the fresh root) even with SYS_ADMIN; AppArmor Unconfined because the runtime default profile denies
+#: mount. Not privileged: no host devices, no host namespaces, every other default capability dropped
+#: as usual. A Localhost seccomp profile (the runtime default plus pivot_root) may replace Unconfined.
+SANDBOX_SECURITY_CONTEXT: dict[str, Any] = {
+    "capabilities": {"add": ["SYS_ADMIN"]},
+    "seccompProfile": {"type": "Unconfined"},
+    "appArmorProfile": {"type": "Unconfined"},
+}
+SANDBOX_NOTE = (
+    "bubblewrap code sandbox (infra.sandbox): SYS_ADMIN for namespaces and mounts, seccomp Unconfined for "
+    "pivot_root, AppArmor Unconfined for mount; see README 'The sandbox inside a pod'"
+)
 
 
 def ray_head(cluster: ClusterProfile) -> list[str]:
@@ -87,7 +108,13 @@ def rayjob_manifest(
     }
 
     def pod(role: str) -> dict[str, Any]:
+        annotations = {
+            "rufus.recipes/sandbox": SANDBOX_NOTE,
+            # Clusters before Kubernetes 1.30 read AppArmor from this annotation, not the field.
+            f"container.apparmor.security.beta.kubernetes.io/{role}": "unconfined",
+        }
         return {
+            "metadata": {"annotations": annotations},
             "spec": {
                 "containers": [
                     {
@@ -95,6 +122,7 @@ def rayjob_manifest(
                         "image": cluster.image,
                         "env": env,
                         "resources": res,
+                        "securityContext": SANDBOX_SECURITY_CONTEXT,
                         "volumeMounts": [
                             {"name": "shared", "mountPath": "/mnt/rufus"},
                             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -105,7 +133,7 @@ def rayjob_manifest(
                     {"name": "shared", "persistentVolumeClaim": {"claimName": "rufus-shared"}},
                     {"name": "dshm", "emptyDir": {"medium": "Memory"}},
                 ],
-            }
+            },
         }
 
     manifest = {

@@ -20,6 +20,7 @@ from infra.config import BenchmarkRoles
 from infra.layering import ConfigError
 from infra.production import chain, launch
 from infra.production.cluster import ClusterProfile
+from infra.production.preflight import preflight_command
 from infra.production.render import TrainArgs, num_phases, render_train_args
 from infra.recipe import LoadedRecipe, load_recipe
 
@@ -100,10 +101,15 @@ def render_stage(
     run_name: str,
     seed: int,
     stage_files: tuple[str, ...] = (),
+    first: bool | None = None,
 ) -> StagePlan:
-    """Render one stage: data/FP8 preparation, one train job per phase, export and handoff verification."""
+    """Render one stage: preflight, data/FP8 preparation, one train job per phase, export and verification.
+
+    ``first``: the input is the recipe's base checkpoint (see :func:`preflight_command`).
+    """
     prod = config.production
-    steps: list[Step] = []
+    preflight = preflight_command(stage_id, init_hf, cluster, stage_files, first)
+    steps: list[Step] = [Step("preflight", preflight)]
     selecting = config.kind == "sft" and config.sft.select_by == "heldout_plateau"
     if config.kind == "sft":
         data = cluster.stage_data(stage_id)
@@ -148,7 +154,9 @@ def render_stage(
         submit = launch.job_submit(cluster, t.entry, t.argv, forward)
         steps.append(Step(f"train_phase{phase}", submit))
         name = f"{run_name}-{stage_id}-p{phase}".replace("_", "-").lower()
-        entry = shlex.join(["python3", f"{cluster.slime_dir}/{t.entry}", *t.argv])
+        # The RayJob's submitter runs the preflight first: a failing stage never reaches train.py.
+        train = shlex.join(["python3", f"{cluster.slime_dir}/{t.entry}", *t.argv])
+        entry = f"{shlex.join(preflight)} && {train}"
         rayjobs[name] = launch.rayjob_manifest(name, prod.nodes, cluster, entry, forward)
     selection = None
     if selecting:
@@ -251,11 +259,10 @@ def render_plan(loaded: LoadedRecipe, cluster: ClusterProfile | None = None) -> 
     cluster = cluster or ClusterProfile()
     init = cluster.base_hf(loaded.recipe.base.model)
     plans = []
-    for st in loaded.stages:
+    for i, st in enumerate(loaded.stages):
+        r = loaded.recipe
         files = cluster_stage_files(st, cluster)
-        plans.append(
-            render_stage(st.id, st.config, init, cluster, loaded.recipe.name, loaded.recipe.seed, files)
-        )
+        plans.append(render_stage(st.id, st.config, init, cluster, r.name, r.seed, files, first=i == 0))
         init = plans[-1].export_hf
     return plans
 
