@@ -108,7 +108,7 @@ def checkpoint_completions(
     model = load_model(model_dir).eval()
     ids = [render_prompt_ids(tok, p) for p in prompts for _ in range(n)]
     threads = torch.get_num_threads()
-    torch.set_num_threads(default_threads())  # a busy neighbour slows multi-thread kernels (runtime.py)
+    torch.set_num_threads(default_threads())  # the embedded thread count (runtime.py)
     try:
         gens = sample(
             model, tok, ids, max_new_tokens=max_new_tokens, temperature=1.0,

@@ -86,6 +86,23 @@ def test_rl_resume_after_crash_is_identical(tmp_path, base, monkeypatch):
     assert ckpts == ["step-00000005"]  # only the last resume point is kept
 
 
+def test_reusing_the_training_forward_for_old_logprobs_is_bit_identical(tmp_path, base, monkeypatch):
+    """One optimizer step per rollout: TIS's old logprobs from the training forward equal a separate pass."""
+    reused, separate = small_rl_job(tmp_path / "reused", base), small_rl_job(tmp_path / "separate", base)
+    for job in (reused, separate):
+        job.stage.config.rl.rollout.steps_per_rollout = 1
+    rl_mod.train_rl(reused)
+    monkeypatch.setattr(
+        rl_mod.RLTrainer,
+        "_old_logprobs",
+        lambda self, items, n, phase: self._no_grad_logprobs(self.model, items, phase.rollout.temperature),
+    )
+    rl_mod.train_rl(separate)
+    assert metrics_without_timing(reused.metrics_path) == metrics_without_timing(separate.metrics_path)
+    a, b = weights(reused.export_dir), weights(separate.export_dir)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_check_loads_names_what_is_missing(tmp_path, base):
     import shutil
 

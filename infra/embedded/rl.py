@@ -165,6 +165,17 @@ class RLTrainer:
             out += [lp[j, : len(items[i][1])].tolist() for j, i in enumerate(mb)]
         return out
 
+    def _old_logprobs(self, items: list, n_steps: int, phase: Phase) -> list[list[float]] | None:
+        """TIS's "old" (pre-update) logprobs; None means: take them from the training forward.
+
+        With one optimizer step per rollout the pre-update policy is the one the training forward runs
+        (same weights, same micro-batches), so :meth:`_micro_step` detaches its own logprobs instead of
+        paying a second forward here; the numbers are bit-identical (tested).
+        """
+        if n_steps == 1:
+            return None
+        return self._no_grad_logprobs(self.model, items, phase.rollout.temperature)
+
     def _micro_batches(self, idx: list[int]) -> list[list[int]]:
         size = int(self.job.extra.get("micro_batch") or len(idx) or 1)
         return [idx[i : i + size] for i in range(0, len(idx), size)]
@@ -186,13 +197,10 @@ class RLTrainer:
             for s, a in zip(g.samples, adv, strict=False):
                 prompt = g.prompt_ids if s.prompt_ids is None else s.prompt_ids
                 items.append((prompt, s.token_ids, s.logprobs, a, s.truncated, s.loss_mask))
-        if pc.use_tis:
-            old_all = self._no_grad_logprobs(self.model, items, rc.temperature)
-        else:
-            old_all = [it[2] for it in items]
+        chunks = [c.tolist() for c in np.array_split(np.arange(len(items)), rc.steps_per_rollout) if len(c)]
+        old_all = self._old_logprobs(items, len(chunks), phase) if pc.use_tis else [it[2] for it in items]
         ref_all = self._no_grad_logprobs(self.ref, items, rc.temperature) if self.ref is not None else None
         sums: dict[str, float] = {}
-        chunks = [c.tolist() for c in np.array_split(np.arange(len(items)), rc.steps_per_rollout) if len(c)]
         for chunk in chunks:
             total_tokens = sum(_trained(items[i]) for i in chunk)
             for mb in self._micro_batches(chunk):
@@ -228,7 +236,7 @@ class RLTrainer:
         mask = response_mask = self._loss_mask(batch.response_mask, [items[i][5] for i in mb])
         if pc.mask_truncated:
             mask = mask_truncated(mask, torch.tensor([items[i][4] for i in mb], device=self.device))
-        old = self._pad([old_all[i] for i in mb])
+        old = logprobs.detach() if old_all is None else self._pad([old_all[i] for i in mb])
         rollout_lp = self._pad([items[i][2] for i in mb]) if pc.use_tis else None
         adv = torch.tensor([items[i][3] for i in mb], dtype=torch.float32, device=self.device)
         loss, metrics = policy_loss(
