@@ -2,12 +2,15 @@
 
 ``render_eval_commands(checkpoint_dir, benchmarks, cluster)`` returns the argv lists of the runbook for one
 checkpoint, in order: start the SGLang server (long-running: the runbook backgrounds it), wait for its
-``/health``, write the task files lm-eval lacks, run each lm-eval benchmark once per sample index with its
-own seed (k runs → avg@k), sample the native benchmarks through ``eval.generate`` and run their own
-scorers, then ``collect`` the lm-eval results into ``scores.json``. ``render_eval_plan`` returns the same
-steps with names and the background flag. Flags follow lm-eval 0.4.x (``lm_eval --model
-local-chat-completions``; with no subcommand 0.4.10+ inserts ``run``, older 0.4 releases take the flags
-directly) and ``sglang.launch_server``. The ifeval task needs lm-eval's ``ifeval`` extra (NLTK data).
+``/health``, write the task files (AIME 2026, which lm-eval lacks, and each lm-eval benchmark's avg@k
+override, ``eval.lm_eval_avgk``), run each lm-eval benchmark once with ``repeats: k`` and one ``--seed``
+(every one of the k samples scored by the task's own filters and metrics), sample the native benchmarks
+through ``eval.generate`` and run their own scorers, then ``collect`` avg@k into ``scores.json``.
+``render_eval_plan`` returns the same steps with names and the background flag. Flags follow lm-eval 0.4.13
+(``lm_eval --model local-chat-completions``; with no subcommand 0.4.10+ inserts ``run``) and
+``sglang.launch_server``. lm-eval sends the k repeats of a prompt as identical requests (with
+``seed=<the run's seed>`` in the payload); the server runs without ``--enable-deterministic-inference``, so
+SGLang samples each one independently. The ifeval task needs lm-eval's ``ifeval`` extra (NLTK data).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.lm_eval_avgk import avgk_task, read_avgk, write_avgk_tasks
 from eval.registry import BENCHMARKS, Benchmark, get_benchmark
 
 THINK_END = "</think>"
@@ -127,28 +131,25 @@ def _lm_eval_steps(bench: Benchmark, ckpt_name: str, out: Path, cluster: EvalClu
             "tokenized_requests=False",
             f"think_end_token={THINK_END}",
             "timeout=3600",
+            f"seed={cluster.seed}",
         ]
     )
     gen = f"temperature={temperature},top_p={top_p},max_gen_toks={bench.max_gen_tokens},do_sample=True"
-    steps = []
-    for i in range(bench.k):
-        argv = [
-            "lm_eval",
-            "--model", "local-chat-completions",
-            "--model_args", model_args,
-            "--tasks", str(bench.lm_eval_task),
-            "--num_fewshot", "0",
-            "--apply_chat_template",
-            "--gen_kwargs", gen,
-            "--batch_size", "1",
-            "--seed", str(cluster.seed + i),
-            "--output_path", str(out / bench.name / f"sample_{i}"),
-            "--log_samples",
-        ]  # fmt: skip
-        if bench.name == "aime26":
-            argv += ["--include_path", str(out / "tasks")]
-        steps.append(EvalStep(f"{bench.name}[{i}]", argv))
-    return steps
+    argv = [
+        "lm_eval",
+        "--model", "local-chat-completions",
+        "--model_args", model_args,
+        "--tasks", avgk_task(str(bench.lm_eval_task), bench.k),
+        "--include_path", str(out / "tasks"),
+        "--num_fewshot", "0",
+        "--apply_chat_template",
+        "--gen_kwargs", gen,
+        "--batch_size", "1",
+        "--seed", str(cluster.seed),
+        "--output_path", str(out / bench.name),
+        "--log_samples",
+    ]  # fmt: skip
+    return [EvalStep(bench.name, argv)]
 
 
 def _native_steps(bench: Benchmark, ckpt_name: str, out: Path, cluster: EvalCluster) -> list[EvalStep]:
@@ -242,16 +243,18 @@ def render_eval_plan(
         health,
     ]
     steps = [EvalStep("serve", server, background=True), EvalStep("wait", wait)]
-    if any(b.name == "aime26" for b in benches):
-        aime26 = _data_files(get_benchmark("aime26"), cluster)[0]
-        steps.append(EvalStep("tasks", [cluster.python, "-m", "eval.production", "write-tasks",
-                                        "--out", str(out / "tasks"), "--aime26", aime26]))  # fmt: skip
+    lm = [b.name for b in benches if b.harness == "lm_eval"]
+    if lm:
+        tasks = [cluster.python, "-m", "eval.production", "write-tasks", "--out", str(out / "tasks"),
+                 "--benchmarks", *lm]  # fmt: skip
+        if "aime26" in lm:
+            tasks += ["--aime26", _data_files(get_benchmark("aime26"), cluster)[0]]
+        steps.append(EvalStep("tasks", tasks))
     for bench in benches:
         if bench.harness == "lm_eval":
             steps += _lm_eval_steps(bench, name, out, cluster)
         else:
             steps += _native_steps(bench, name, out, cluster)
-    lm = [b.name for b in benches if b.harness == "lm_eval"]
     if lm:
         collect = [
             cluster.python,
@@ -274,22 +277,28 @@ def render_eval_commands(
     return [step.argv for step in render_eval_plan(checkpoint_dir, benchmarks, cluster)]
 
 
-def collect_lm_eval(results_dir: Path, benchmark: str) -> dict[str, float]:
-    """Return {aggregation: value} of an lm-eval benchmark from its k per-seed result folders (avg@k)."""
+def collect_lm_eval(results_dir: Path, benchmark: str) -> dict[str, float | int | list[float] | None]:
+    """Return {aggregation: value, "seed", "per_sample"} of an lm-eval benchmark's one repeats-k run."""
     bench = get_benchmark(benchmark)
-    task, metric = str(bench.lm_eval_task), str(bench.lm_eval_metric)
-    values = []
-    for i in range(bench.k):
-        run_dir = results_dir / bench.name / f"sample_{i}"
-        files = sorted(run_dir.rglob("results_*.json"))
-        if not files:
-            raise FileNotFoundError(f"{benchmark}: no lm-eval results_*.json under {run_dir}")
-        data = json.loads(files[-1].read_text(encoding="utf-8"))
-        try:
-            values.append(float(data["results"][task][metric]))
-        except KeyError as exc:
-            raise KeyError(f"{files[-1]}: no results[{task!r}][{metric!r}]") from exc
-    return {bench.aggregation: 100.0 * sum(values) / len(values)}
+    res = read_avgk(results_dir / bench.name, str(bench.lm_eval_task), str(bench.lm_eval_metric), bench.k)
+    return {
+        bench.aggregation: 100.0 * res.value,
+        "seed": res.seed,
+        "per_sample": [100.0 * v for v in res.per_sample],
+    }
+
+
+def write_tasks(out: Path, benchmarks: list[str], aime26: str | None) -> list[Path]:
+    """Write AIME 2026's task (when asked for) and every lm-eval benchmark's avg@k override into ``out``."""
+    benches = [get_benchmark(b) for b in benchmarks]
+    out.mkdir(parents=True, exist_ok=True)
+    if any(b.name == "aime26" for b in benches):
+        if aime26 is None:
+            raise ValueError("write-tasks: aime26 needs --aime26 <local AIME 2026 JSONL>")
+        budget = get_benchmark("aime26").max_gen_tokens
+        (out / "rufus_aime26.yaml").write_text(aime26_task_yaml(aime26, budget), encoding="utf-8")
+    specs = [(str(b.lm_eval_task), str(b.lm_eval_metric), b.k) for b in benches if b.harness == "lm_eval"]
+    return write_avgk_tasks(out, specs)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -298,15 +307,14 @@ def main(argv: list[str] | None = None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     wt = sub.add_parser("write-tasks", help="Write the lm-eval task files the harness lacks.")
     wt.add_argument("--out", required=True, type=Path)
-    wt.add_argument("--aime26", required=True, help="Local AIME 2026 JSONL (problem, answer).")
-    co = sub.add_parser("collect", help="Average the per-seed lm-eval results into scores.json.")
+    wt.add_argument("--benchmarks", required=True, nargs="+", help="lm-eval benchmarks to write avg@k for.")
+    wt.add_argument("--aime26", help="Local AIME 2026 JSONL (problem, answer); needed with aime26.")
+    co = sub.add_parser("collect", help="Write each lm-eval benchmark's avg@k into scores.json.")
     co.add_argument("--results", required=True, type=Path)
     co.add_argument("--benchmarks", required=True, nargs="+")
     args = ap.parse_args(argv)
     if args.cmd == "write-tasks":
-        args.out.mkdir(parents=True, exist_ok=True)
-        budget = get_benchmark("aime26").max_gen_tokens
-        (args.out / "rufus_aime26.yaml").write_text(aime26_task_yaml(args.aime26, budget), encoding="utf-8")
+        write_tasks(args.out, args.benchmarks, args.aime26)
         return
     scores = {b: collect_lm_eval(args.results, b) for b in args.benchmarks}
     (args.results / "scores.json").write_text(json.dumps(scores, indent=2), encoding="utf-8")

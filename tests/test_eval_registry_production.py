@@ -60,14 +60,12 @@ def test_commands_render_for_every_checkpoint(tmp_path):
         assert cmds[0][:3] == ["python", "-m", "sglang.launch_server"] and str(ckpt) in cmds[0]
         assert cmds[1][0] == "curl"
         lm = [c for c in cmds if c[0] == "lm_eval"]
-        expected_lm = sum(BENCHMARKS[n].k for n in names if BENCHMARKS[n].harness == "lm_eval")
-        assert len(lm) == expected_lm
+        assert len(lm) == sum(BENCHMARKS[n].harness == "lm_eval" for n in names)  # one run each: repeats k
         for c in lm:
             assert c[c.index("--model") + 1] == "local-chat-completions"
             assert c[c.index("--num_fewshot") + 1] == "0" and "--apply_chat_template" in c
             assert "think_end_token=</think>" in c[c.index("--model_args") + 1]
-        seeds = {c[c.index("--seed") + 1] for c in lm if "aime25" in c}
-        assert len(seeds) == (32 if "aime25" in names else 0)
+        assert {c[c.index("--seed") + 1] for c in lm} <= {"0"}
 
 
 def test_native_and_custom_task_steps(tmp_path):
@@ -80,23 +78,41 @@ def test_native_and_custom_task_steps(tmp_path):
         "lcb_runner.runner.custom_evaluator" in lcb.argv[-1]
         and "--release_version release_v6" in lcb.argv[-1]
     )
-    aime = next(s for s in plan if s.name == "aime26[0]")
-    assert "--include_path" in aime.argv
-    main(["write-tasks", "--out", str(tmp_path), "--aime26", str(FIX / "aime26_matharena.jsonl")])
+    aime = next(s for s in plan if s.name == "aime26")
+    assert (
+        "--include_path" in aime.argv
+        and aime.argv[aime.argv.index("--tasks") + 1] == "rufus_aime26_rufus_avg32"
+    )
+    main(["write-tasks", "--out", str(tmp_path), "--benchmarks", "aime26",
+          "--aime26", str(FIX / "aime26_matharena.jsonl")])  # fmt: skip
     task = json.loads((tmp_path / "rufus_aime26.yaml").read_text())
+    assert (
+        yaml.load((tmp_path / "rufus_aime26_rufus_avg32.yaml").read_text(), Loader=_Tagged)["repeats"] == 32
+    )
     assert task["task"] == "rufus_aime26" and task["dataset_kwargs"]["data_files"]["test"].endswith(".jsonl")
 
 
-def test_collect_averages_the_k_seed_runs(tmp_path):
-    """Result files are written in lm-eval's results_*.json layout (the harness itself needs a GPU server)."""
-    for i in range(4):
-        d = tmp_path / "ifeval" / f"sample_{i}" / "model"
-        d.mkdir(parents=True)
-        value = 0.5 + 0.1 * i
-        (d / "results_2026.json").write_text(
-            json.dumps({"results": {"ifeval": {"prompt_level_strict_acc,none": value}}})
+class _Tagged(yaml.SafeLoader):
+    """Reads lm-eval task YAML, keeping ``!function`` values as their text."""
+
+
+_Tagged.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+
+def test_collect_averages_the_k_samples_of_one_run(tmp_path):
+    """The results file is written in lm-eval's layout (the harness itself needs a GPU server here)."""
+    d = tmp_path / "ifeval" / "model"
+    d.mkdir(parents=True)
+    task = "ifeval_rufus_avg4"
+    scores = {f"prompt_level_strict_acc,none-s{i}": 0.5 + 0.1 * i for i in range(4)}
+    (d / "results_2026.json").write_text(
+        json.dumps(
+            {"results": {task: scores}, "configs": {task: {"repeats": 4}}, "config": {"random_seed": 0}}
         )
-    assert collect_lm_eval(tmp_path, "ifeval")["avg@4"] == pytest.approx(65.0)
+    )
+    got = collect_lm_eval(tmp_path, "ifeval")
+    assert got["avg@4"] == pytest.approx(65.0) and got["seed"] == 0
+    assert got["per_sample"] == pytest.approx([50.0, 60.0, 70.0, 80.0])
     with pytest.raises(FileNotFoundError, match="gpqa"):
         collect_lm_eval(tmp_path, "gpqa_diamond")
 

@@ -16,7 +16,15 @@ from infra.backends import StageJob
 from infra.production.backend import ProductionBackend
 from infra.production.cluster import ClusterProfile
 from infra.production.flags import check_argv
-from infra.production.plan import check_plan, format_plan, render_plan, render_stage
+from infra.production.plan import (
+    HF_SNAPSHOT_TB,
+    TORCH_DIST_TB,
+    check_plan,
+    checkpoint_saves,
+    format_plan,
+    render_plan,
+    render_stage,
+)
 from infra.production.validate import cross_flag_problems, table16_problems
 from infra.recipe import load_recipe
 
@@ -263,4 +271,12 @@ def test_fp8_copy_is_per_tensor_and_disk_is_stated(plans):
     assert not any(s.name.startswith("fp8_convert_1") for s in plans[1].steps)  # no BF16-layer restore
     export = {s.name: s.argv for s in plans[1].steps}["export_hf"]
     assert export[export.index("--carry-mtp-from-layer") + 1] == "46"
-    assert [p.disk_tb for p in plans][1:] == [8.9, 11.8, 13.3]
+    assert [p.disk_tb for p in plans] == [49.0, 8.9, 11.8, 13.3]
+
+
+def test_sft_saves_each_snapshot_once_per_interval(plans, loaded):
+    """slime's save_model writes iter_<N> and --save-hf rollout_<N> in one call: one cadence for both."""
+    argv = plans[0].trains[0].argv
+    assert argv[argv.index("--save-interval") + 1] == "250" and "--save-hf" in argv
+    assert checkpoint_saves(loaded.stages[0].config) == 29  # 7140 steps / 250, plus the last step
+    assert plans[0].disk_tb == round(29 * (TORCH_DIST_TB + HF_SNAPSHOT_TB), 1) < 50

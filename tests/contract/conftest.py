@@ -1,8 +1,9 @@
 """Contract tests against a slime checkout: ``RUFUS_SLIME_DIR=/path/to/slime pytest -m slime tests/contract``.
 
 Only slime modules that import on CPU are used (``slime.utils.types``/``data``/``misc``,
-``slime.rollout.filter_hub``, ``slime.rollout.data_source``); ``slime.utils.arguments`` needs SGLang and
-Megatron, so rendered argv are checked against the flag table built from that parser instead.
+``slime.rollout.filter_hub``, ``slime.rollout.data_source``) and ``slime.utils.arguments``'s own argument
+groups (its SGLang/sglang_router/wandb imports given as empty stand-ins, never called; Megatron's and SGLang's
+flags added from the flag table): see ``test_slime_argparse.py``.
 """
 
 from __future__ import annotations
