@@ -1,6 +1,6 @@
 """Reward fuzzing at scale: 10^5 hostile responses per registered reward, throughput and slowest call.
 
-Responses come from :func:`rewards.fuzz_inputs.random_response` (markup fragments, lone surrogates,
+Responses come from ``random_response`` in ``tests/reward_fuzz_inputs.py`` (markup fragments, lone surrogates,
 overflowing numbers, and one time in four a run of up to 100K characters of a pathological pattern).
 Every result is checked as in ``tests/test_reward_fuzz.py`` (a RewardResult with a finite score in
 [0, 1], nothing raised); any violation is printed with the response that caused it and the run exits 1.
@@ -17,11 +17,17 @@ import argparse
 import random
 import sys
 import time
+from pathlib import Path
 
-import infra.agents.envs.calculator  # noqa: F401 - registers agent_calculator
-from infra.sandbox import Limits
-from rewards import code_reward, get_reward
-from rewards.fuzz_inputs import FUZZED_REWARDS, check_result, fuzz_request, random_response
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from reward_fuzz_inputs import FUZZED_REWARDS, check_result, fuzz_request, random_response  # noqa: E402
+
+import infra.agents.envs.calculator  # noqa: E402,F401 - registers agent_calculator
+from infra.sandbox import Limits  # noqa: E402
+from rewards import code_reward, get_reward  # noqa: E402
 
 
 def run_one(name: str, n: int, seed: int) -> tuple[float, float, str, list[str]]:

@@ -7,6 +7,7 @@ as references and must give the same answers on every generated text.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import unicodedata
@@ -14,12 +15,7 @@ import unicodedata
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import infra.agents.envs.calculator  # noqa: F401 - registers agent_calculator
-from infra.sandbox import Limits
-from rewards import code_reward, get_reward, reasoning
-from rewards.answer_extract import answer_line, last_boxed, split_thinking
-from rewards.fuzz_inputs import (
+from reward_fuzz_inputs import (
     FRAGMENTS,
     FUZZED_REWARDS,
     MAX_CHARS,
@@ -29,6 +25,11 @@ from rewards.fuzz_inputs import (
     fuzz_request,
     verdict,
 )
+
+import infra.agents.envs.calculator  # noqa: F401 - registers agent_calculator
+from infra.sandbox import Limits
+from rewards import code_reward, get_reward, reasoning
+from rewards.answer_extract import answer_line, last_boxed, split_thinking
 
 SETTINGS = settings(
     deadline=None,
@@ -59,6 +60,10 @@ framed = st.builds(
 responses = st.one_of(framed, raw)
 # Seconds one call may take: linear-time rewards are far below it; math-verify calls are bounded by their
 # timeout (plus a replacement worker's start); code by the sandbox's wall limit.
+# Per-call bounds, far above a linear-time call (well under 0.5 s) and far below the super-linear ones this
+# guards against (> 30 s); generous because a loaded CI machine slows every call. Each reward is warmed up
+# once first, so lazy imports (reasoning-gym, math-verify: seconds) are not counted.
+DEFAULT_BOUND_S = 10.0
 BOUND_S = {"math": reasoning.MATH_TIMEOUT_S + 20.0, "code": 12.0}
 EXAMPLES = {"math": 40, "code": 40}
 IF_XFAIL = pytest.mark.xfail(strict=False, reason="IF checkers: issue 25 rewrite")
@@ -76,12 +81,19 @@ def small_code_scorer():
     code_reward._DEFAULT = saved
 
 
+@functools.cache
+def _warm(name: str) -> None:
+    """Score one ordinary response so the reward's lazy imports are paid before anything is timed."""
+    check_result(get_reward(name)(fuzz_request(name, "<think>a</think>\\boxed{1}")))
+
+
 def _score_twice(name: str, response: str) -> None:
+    _warm(name)
     fn, request = get_reward(name), fuzz_request(name, response)
     start = time.monotonic()
     first = check_result(fn(request))
     took = time.monotonic() - start
-    assert took < BOUND_S.get(name, 2.0), (name, len(response), took)
+    assert took < BOUND_S.get(name, DEFAULT_BOUND_S), (name, len(response), took)
     second = check_result(fn(request))
     if "timeout" not in (first.failure, second.failure):  # a deadline under load is the one exception
         assert verdict(first) == verdict(second), (name, response[:200])
@@ -113,9 +125,10 @@ KNOWN_SLOW = {
 @pytest.mark.parametrize("case", sorted(KNOWN_SLOW))
 def test_inputs_that_used_to_hang_are_fast(case: str):
     for name in ("sft_format", "math", "science", "puzzle", "agent_calculator"):
+        _warm(name)
         start = time.monotonic()
         check_result(get_reward(name)(fuzz_request(name, KNOWN_SLOW[case])))
-        assert time.monotonic() - start < 2.0, (case, name)
+        assert time.monotonic() - start < DEFAULT_BOUND_S, (case, name)
 
 
 # ---- the answer extraction is unchanged on every text -----------------------------------------------------
