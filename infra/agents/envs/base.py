@@ -21,7 +21,10 @@ from infra.agents.contract import AgentTask
 from rewards.contract import RewardRequest, RewardResult
 
 #: Built-in environments by short name (``module:Class``), resolved lazily.
-ENVIRONMENTS: dict[str, str] = {"calculator": "infra.agents.envs.calculator:CalculatorEnv"}
+ENVIRONMENTS: dict[str, str] = {
+    "calculator": "infra.agents.envs.calculator:CalculatorEnv",
+    "awm": "infra.agents.awm.env:AwmEnv",
+}
 #: Environments registered at run time (a stage folder's ``env.py``), by short name.
 _REGISTERED: dict[str, type[AgentEnvironment]] = {}
 
