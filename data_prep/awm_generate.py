@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.awm_domains import DOMAINS, Column, Domain, Table
+from infra.agents.awm.release import RELEASE_STEMS
 
 _PY = {"TEXT": "str", "INTEGER": "int", "REAL": "float"}
 
@@ -249,19 +250,7 @@ def generate(out: Path, seed: int = 0, tasks: int = 10, domains: list[str] | Non
     unknown = sorted(set(domains or []) - {d.key for d in DOMAINS})
     if unknown:
         raise ValueError(f"--domains: unknown {unknown}; known: {[d.key for d in DOMAINS]}")
-    files: dict[str, list[dict[str, Any]]] = {
-        k: []
-        for k in (
-            "gen_scenario",
-            "gen_tasks",
-            "gen_db",
-            "gen_sample",
-            "gen_spec",
-            "gen_envs",
-            "gen_verifier.pure_code",
-            "gold_actions",
-        )
-    }
+    files: dict[str, list[dict[str, Any]]] = {k: [] for k in (*RELEASE_STEMS, "gold_actions")}
     for d in chosen:
         rng = random.Random(f"{seed}:{d.key}")
         rows = {t.name: seed_rows(t, rng) for t in d.tables}

@@ -10,25 +10,15 @@ import pytest
 
 from data_prep.awm_domains import DOMAINS
 from data_prep.awm_generate import generate
-from infra.agents.awm.release import load_release
+from infra.agents.awm.release import RELEASE_STEMS, load_release
 from infra.agents.awm.selfcheck import self_check
 from infra.sandbox import check_isolation
-
-FILES = (
-    "gen_scenario",
-    "gen_tasks",
-    "gen_db",
-    "gen_sample",
-    "gen_spec",
-    "gen_envs",
-    "gen_verifier.pure_code",
-)
 
 
 def test_every_domain_writes_the_release_format_with_5_to_35_tools(tmp_path: Path) -> None:
     names = generate(tmp_path, seed=3, tasks=10)
     assert len(names) == len(DOMAINS) >= 4
-    for stem in (*FILES, "gold_actions"):
+    for stem in (*RELEASE_STEMS, "gold_actions"):
         assert (tmp_path / f"{stem}.jsonl").is_file()
     scenarios = load_release(tmp_path)
     for s in scenarios.values():

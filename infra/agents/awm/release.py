@@ -39,6 +39,8 @@ ENVS = "gen_envs.jsonl"
 VERIFIERS = "gen_verifier.pure_code.jsonl"
 SCENARIOS = "gen_scenario.jsonl"
 REQUIRED = (TASKS, DB, SAMPLE, ENVS, VERIFIERS)
+#: Every file of a release, by stem (the generator writes them all).
+RELEASE_STEMS = tuple(f.removesuffix(".jsonl") for f in (SCENARIOS, TASKS, DB, SAMPLE, SPEC, ENVS, VERIFIERS))
 
 
 class ReleaseError(ValueError):
