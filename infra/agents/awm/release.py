@@ -22,7 +22,6 @@ sandbox (:mod:`infra.agents.awm.server`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -30,6 +29,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from data_prep.io import MalformedCounter, read_jsonl
 
 TASKS = "gen_tasks.jsonl"
 DB = "gen_db.jsonl"
@@ -130,24 +131,17 @@ def build_database(scenario: Scenario) -> bytes:
         return Path(path).read_bytes()
 
 
-def _records(folder: Path, name: str, required: bool) -> list[tuple[int, dict[str, Any]]]:
+def _records(folder: Path, name: str, required: bool) -> list[tuple[str, dict[str, Any]]]:
+    """Return ``(file:line, record)`` of a release file; one malformed line fails the whole release."""
     path = folder / name
     if not path.is_file():
         if required:
             raise ReleaseError(f"{path}: missing; an AWM release needs {', '.join(REQUIRED)}")
         return []
-    out = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReleaseError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise ReleaseError(f"{path}:{lineno}: a record must be a JSON object")
-            out.append((lineno, rec))
+    bad = MalformedCounter(max_examples=1)
+    out = list(read_jsonl(path, bad))
+    if bad.total:
+        raise ReleaseError(bad.examples[0])
     return out
 
 
@@ -162,8 +156,7 @@ def _by_scenario(
     folder: Path, name: str, required: bool = True, key: str = "scenario"
 ) -> dict[str, tuple[str, dict[str, Any]]]:
     out: dict[str, tuple[str, dict[str, Any]]] = {}
-    for lineno, rec in _records(folder, name, required):
-        where = f"{folder / name}:{lineno}"
+    for where, rec in _records(folder, name, required):
         out[normalize_scenario_name(_get(rec, key, str, where))] = (where, rec)
     return out
 
@@ -218,8 +211,7 @@ def load_release(folder: str | os.PathLike[str], scenarios: list[str] | None = N
             full_code=code,
             api_spec=spec if isinstance(spec, dict) else {},
         )
-    for lineno, rec in _records(root, VERIFIERS, True):
-        where = f"{root / VERIFIERS}:{lineno}"
+    for where, rec in _records(root, VERIFIERS, True):
         name = normalize_scenario_name(_get(rec, "scenario", str, where))
         if name not in out:
             continue
