@@ -61,8 +61,12 @@ def ddl(table: Table) -> str:
     return f"CREATE TABLE {table.name} ({', '.join(cols)})"
 
 
-def server_code(domain: Domain) -> str:
-    """Return the single-file FastAPI server of ``domain`` (SQLAlchemy engine, as AWM's servers use)."""
+def server_code(domain: Domain, lean: bool = False) -> str:
+    """Return the single-file FastAPI server of ``domain`` (SQLAlchemy engine, as AWM's servers use).
+
+    ``lean``: list endpoints filter by column only (no sort/limit parameters, no parameter descriptions),
+    so a scenario's five tool schemas fit the micro model's context at the embedded scale.
+    """
     out = [
         "from fastapi import FastAPI, HTTPException, Query, Path",
         "from pydantic import BaseModel",
@@ -85,7 +89,7 @@ def server_code(domain: Domain) -> str:
         "",
     ]
     for t in domain.tables:
-        out += _table_code(t)
+        out += _table_code(t, lean)
     out += [
         'if __name__ == "__main__":',
         "    import os, uvicorn",
@@ -96,16 +100,35 @@ def server_code(domain: Domain) -> str:
     return "\n".join(out)
 
 
-def _table_code(t: Table) -> list[str]:
+def _list_params(t: Table, lean: bool) -> tuple[str, str]:
+    """Return the list endpoint's parameters and its ``ORDER BY ... LIMIT`` clause."""
+    if lean:
+        params = ", ".join(f"{c.name}: {_PY[c.sql]} | None = None" for c in t.all_columns)
+        return params, ' ORDER BY id LIMIT 100"'
+    filters = ", ".join(
+        f'{c.name}: {_PY[c.sql]} | None = Query(None, description="Only {t.name} whose {c.name} equals this")'
+        for c in t.all_columns
+    )
+    params = (
+        f'{filters}, order_by: str = Query("id", description="Column to sort by"), '
+        "descending: bool = Query(False), limit: int = Query(20, ge=1, le=100)"
+    )
+    return params, " ORDER BY {order_by} {'DESC' if descending else 'ASC'} LIMIT :limit\""
+
+
+def _table_code(t: Table, lean: bool = False) -> list[str]:
     cls = "".join(p.capitalize() for p in t.name.split("_"))
     own = " AND user_id = 1" if t.owned else ""
     names = [c.name for c in t.all_columns]
     fields = [f"    {c.name}: {_PY[c.sql]}" for c in t.all_columns]
     optional = [f"    {c.name}: {_PY[c.sql]} | None = None" for c in t.all_columns]
-    filters = ", ".join(
-        f'{c.name}: {_PY[c.sql]} | None = Query(None, description="Only {t.name} whose {c.name} equals this")'
-        for c in t.all_columns
-    )
+    params, tail = _list_params(t, lean)
+    check = [] if lean else [
+        f"    if order_by not in {['id', *names]!r}:",
+        '        raise HTTPException(status_code=422, detail=f"cannot sort by {order_by}")',
+    ]  # fmt: skip
+    limit = "" if lean else ', "limit": limit'
+    item_id = "item_id: int" if lean else f'item_id: int = Path(..., description="The {t.singular}\'s id")'
     insert_cols = names + (["user_id"] if t.owned else [])
     insert_vals = [f":{n}" for n in names] + (["1"] if t.owned else [])
     s = t.singular.replace(" ", "_")
@@ -117,19 +140,16 @@ def _table_code(t: Table) -> list[str]:
         *optional,
         "",
         f'@app.get("/{t.name}", operation_id="list_{t.name}", summary="List {t.name}, filtered and sorted")',
-        f'def list_{t.name}({filters}, order_by: str = Query("id", description="Column to sort by"), '
-        "descending: bool = Query(False), limit: int = Query(20, ge=1, le=100)):",
-        f"    if order_by not in {['id', *names]!r}:",
-        '        raise HTTPException(status_code=422, detail=f"cannot sort by {order_by}")',
+        f"def list_{t.name}({params}):",
+        *check,
         f"    asked = {{{', '.join(f'{n!r}: {n}' for n in names)}}}",
         "    given = {k: v for k, v in asked.items() if v is not None}",
         '    where = " AND ".join(f"{k} = :{k}" for k in given) or "1 = 1"',
-        f'    sql = f"SELECT * FROM {t.name} WHERE {{where}}{own} ORDER BY {{order_by}} '
-        "{'DESC' if descending else 'ASC'} LIMIT :limit\"",
-        '    return _all(sql, {**given, "limit": limit})',
+        f'    sql = f"SELECT * FROM {t.name} WHERE {{where}}{own}{tail}',
+        f"    return _all(sql, {{**given{limit}}})",
         "",
         f'@app.get("/{t.name}/{{item_id}}", operation_id="get_{s}", summary="Get one {t.singular} by id")',
-        f'def get_{s}(item_id: int = Path(..., description="The {t.singular}\'s id")):',
+        f"def get_{s}({item_id}):",
         f'    rows = _all("SELECT * FROM {t.name} WHERE id = :id{own}", {{"id": item_id}})',
         "    if not rows:",
         f'        raise HTTPException(status_code=404, detail="{t.singular} not found")',
@@ -142,7 +162,7 @@ def _table_code(t: Table) -> list[str]:
         '    return {"id": res.lastrowid, **body.model_dump()}',
         "",
         f'@app.patch("/{t.name}/{{item_id}}", operation_id="update_{s}", summary="Update a {t.singular}")',
-        f'def update_{s}(body: {cls}Update, item_id: int = Path(..., description="The {t.singular}\'s id")):',
+        f"def update_{s}(body: {cls}Update, {item_id}):",
         "    changes = body.model_dump(exclude_none=True)",
         "    if not changes:",
         '        raise HTTPException(status_code=422, detail="nothing to update")',
@@ -154,7 +174,7 @@ def _table_code(t: Table) -> list[str]:
         '    return {"id": item_id, **changes}',
         "",
         f'@app.delete("/{t.name}/{{item_id}}", operation_id="delete_{s}", summary="Delete a {t.singular}")',
-        f'def delete_{s}(item_id: int = Path(..., description="The {t.singular}\'s id")):',
+        f"def delete_{s}({item_id}):",
         f'    res = _write("DELETE FROM {t.name} WHERE id = :id{own}", {{"id": item_id}})',
         "    if res.rowcount == 0:",
         f'        raise HTTPException(status_code=404, detail="{t.singular} not found")',
@@ -178,8 +198,14 @@ def _verifier(body: str) -> str:
     return _ROWS + head + "".join(f"    {line}\n" for line in body.strip().split("\n"))
 
 
-def make_task(kind: str, table: Table, rows: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
-    """Return one task of ``kind``: text, verifier code, gold actions and final answer."""
+def make_task(
+    kind: str, table: Table, rows: list[dict[str, Any]], rng: random.Random, lean: bool = False
+) -> dict[str, Any]:
+    """Return one task of ``kind``: text, verifier code, gold actions and final answer.
+
+    A look-up asks how many rows share a value; with ``lean`` (embedded scale) it asks for a number
+    stored in one row instead, which a policy cannot guess (a count of 1 or 2 it often could).
+    """
     s, label = table.singular.replace(" ", "_"), table.label.name
     target = rng.choice(rows)
     col = rng.choice(table.columns)
@@ -226,6 +252,9 @@ def make_task(kind: str, table: Table, rows: list[dict[str, Any]], rng: random.R
         text = f"Delete the {table.singular} {target[label]!r}."
         actions = [(f"list_{table.name}", {label: target[label]}), (f"delete_{s}", {"item_id": target["id"]})]
         return {"task": text, "code": code, "actions": actions, "answer": ""}
+    numeric = [c for c in table.columns if c.sql in ("INTEGER", "REAL") and not c.name.endswith("_id")]
+    if lean and numeric:
+        return _value_lookup(table, target, rng.choice(numeric))
     value = target[col.name]
     count = sum(1 for r in rows if r[col.name] == value)
     code = _verifier(
@@ -241,21 +270,57 @@ def make_task(kind: str, table: Table, rows: list[dict[str, Any]], rng: random.R
     return {"task": text, "code": code, "actions": actions, "answer": f"There are {count}."}
 
 
+def _value_lookup(table: Table, target: dict[str, Any], col: Column) -> dict[str, Any]:
+    label, value = table.label.name, target[col.name]
+    code = _verifier(
+        f"before, after = _rows(initial_db_path, {table.name!r}), _rows(final_db_path, {table.name!r})\n"
+        "numbers = re.findall(r'-?\\d+(?:\\.\\d+)?', final_answer or '')\n"
+        f"ok = after == before and bool(numbers) and float(numbers[-1]) == {float(value)!r}\n"
+        "return {'result': 'complete' if ok else 'others'}"
+    )
+    field = col.name.replace("_", " ")
+    text = f"What is the {field} of the {table.singular} {target[label]!r}? Answer with the number."
+    actions = [(f"list_{table.name}", {label: target[label]})]
+    return {"task": text, "code": code, "actions": actions, "answer": f"It is {value}."}
+
+
 KINDS = ("create", "update", "delete", "lookup")
 
 
-def generate(out: Path, seed: int = 0, tasks: int = 10, domains: list[str] | None = None) -> list[str]:
-    """Write the release files and ``gold_actions.jsonl`` under ``out``; return the scenario names."""
-    chosen = [d for d in DOMAINS if not domains or d.key in domains]
+def table_scenarios(domain: Domain) -> list[Domain]:
+    """Return one single-table scenario per table of ``domain`` (key ``<domain>_<table>``, 5 tools each)."""
+    return [
+        Domain(f"{domain.key}_{t.name}", f"{domain.title} {t.name}", domain.description, (t,))
+        for t in domain.tables
+    ]
+
+
+def generate(
+    out: Path,
+    seed: int = 0,
+    tasks: int = 10,
+    domains: list[str] | None = None,
+    *,
+    split_tables: bool = False,
+    lean: bool = False,
+) -> list[str]:
+    """Write the release files and ``gold_actions.jsonl`` under ``out``; return the scenario names.
+
+    ``split_tables`` makes every table its own scenario (5 tools); ``lean`` writes lean list endpoints
+    (:func:`server_code`). Both are for the embedded scale, whose micro model has a short context.
+    """
     unknown = sorted(set(domains or []) - {d.key for d in DOMAINS})
     if unknown:
         raise ValueError(f"--domains: unknown {unknown}; known: {[d.key for d in DOMAINS]}")
+    chosen = [d for d in DOMAINS if not domains or d.key in domains]
+    if split_tables:
+        chosen = [t for d in chosen for t in table_scenarios(d)]
     files: dict[str, list[dict[str, Any]]] = {k: [] for k in (*RELEASE_STEMS, "gold_actions")}
     for d in chosen:
         rng = random.Random(f"{seed}:{d.key}")
         rows = {t.name: seed_rows(t, rng) for t in d.tables}
         made = [
-            make_task(KINDS[i % len(KINDS)], t, rows[t.name], rng)
+            make_task(KINDS[i % len(KINDS)], t, rows[t.name], rng, lean)
             for i, t in ((i, rng.choice(d.tables)) for i in range(tasks))
         ]
         files["gen_scenario"].append({"name": d.key, "description": d.description})
@@ -287,9 +352,8 @@ def generate(out: Path, seed: int = 0, tasks: int = 10, domains: list[str] | Non
         files["gen_spec"].append(
             {"scenario": d.key, "api_spec": {"api_groups": [_spec_group(t) for t in d.tables]}}
         )
-        files["gen_envs"].append(
-            {"scenario": d.key, "db_path": f"./outputs/databases/{d.key}.db", "full_code": server_code(d)}
-        )
+        db_path, code = f"./outputs/databases/{d.key}.db", server_code(d, lean)
+        files["gen_envs"].append({"scenario": d.key, "db_path": db_path, "full_code": code})
         for i, m in enumerate(made):
             files["gen_verifier.pure_code"].append(
                 {
@@ -299,7 +363,10 @@ def generate(out: Path, seed: int = 0, tasks: int = 10, domains: list[str] | Non
                     "verification": {"code": m["code"], "raw_response": ""},
                 }
             )
-            actions = [{"tool": tool, "arguments": args} for tool, args in m["actions"]]
+            actions = [
+                {"tool": tool, "arguments": {k: v for k, v in args.items() if not (lean and k == "limit")}}
+                for tool, args in m["actions"]
+            ]
             files["gold_actions"].append(
                 {"scenario": d.key, "task_idx": i, "actions": actions, "final_answer": m["answer"]}
             )
@@ -337,8 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tasks", type=int, default=10)
     ap.add_argument("--domains", default="", help="comma-separated domain keys (default: all)")
+    ap.add_argument("--split-tables", action="store_true", help="one single-table scenario per table")
+    ap.add_argument("--lean", action="store_true", help="lean list endpoints (embedded scale)")
     args = ap.parse_args(argv)
-    names = generate(args.out, args.seed, args.tasks, [d for d in args.domains.split(",") if d] or None)
+    domains = [d for d in args.domains.split(",") if d] or None
+    names = generate(args.out, args.seed, args.tasks, domains, split_tables=args.split_tables, lean=args.lean)
     problems = self_check(args.out)
     print(f"{args.out}: {len(names)} scenarios x {args.tasks} tasks; self-check problems: {len(problems)}")
     for p in problems:

@@ -175,7 +175,7 @@ _EXTRACTORS: dict[str, Callable[[dict, int], BenchmarkItem | None]] = {
     "ifeval": _PROMPT,
     "ifbench": _PROMPT,
     "mcp-atlas": _generic(
-        ("prompt", "PROMPT", "task", "TASK", "query", "question"), ("task_id", "TASK_ID", "id")
+        ("prompt", "PROMPT", "task", "TASK", "query", "question"), ("TASK", "task_id", "TASK_ID", "id")
     ),
     "gpqa-diamond": _generic(("Question", "question"), ("Record ID", "id")),
     **{name: _PROBLEM for name in EXHAUSTIVE if name != "gpqa-diamond"},

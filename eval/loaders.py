@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import pickle
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 from eval.registry import get_benchmark
 
 Record = dict[str, Any]
+_WS = re.compile(r"\s*")
 
 
 @dataclass
@@ -49,8 +51,37 @@ class BadRecord(ValueError):
     """A record that does not follow the benchmark's format (dropped and counted)."""
 
 
+def _json_list(path: Path) -> Iterator[tuple[int, Any]]:
+    """Yield (line the element starts on, element) of a file holding one JSON list."""
+    text = path.read_text(encoding="utf-8")
+    decoder, line, last = json.JSONDecoder(), 1, 0
+    pos = _WS.match(text).end()
+    if not text.startswith("[", pos):
+        raise ValueError(f"{path}: expected a JSON list of records")
+    pos = _WS.match(text, pos + 1).end()
+    while not text.startswith("]", pos):
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+        line, last = line + text.count("\n", last, pos), pos
+        yield line, value
+        pos = _WS.match(text, end).end()
+        if text.startswith(",", pos):
+            pos = _WS.match(text, pos + 1).end()
+        elif not text.startswith("]", pos):
+            line += text.count("\n", last, pos)
+            raise ValueError(f"{path}: invalid JSON (expected ',' or ']' at line {line})")
+    if text[pos + 1 :].strip():
+        raise ValueError(f"{path}: invalid JSON (extra data after the list)")
+
+
 def read_records(path: Path) -> Iterator[tuple[int, Record | BadRecord]]:
-    """Yield (record number, record) of a .jsonl/.json/.csv/.parquet file; unparseable lines as BadRecord."""
+    """Yield (line, record) of a .jsonl/.json/.csv file or (row, record) of a .parquet; bad ones as BadRecord.
+
+    The number is the line a record starts on in the text formats (a .json file holds one list), the
+    1-based row in a .parquet file.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"benchmark file not found: {path}")
     suffix = path.suffix.lower()
@@ -62,22 +93,25 @@ def read_records(path: Path) -> Iterator[tuple[int, Record | BadRecord]]:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    yield no, BadRecord(f"{path.name}:{no}: invalid JSON ({exc.msg})")
+                    yield no, BadRecord(f"invalid JSON ({exc.msg})")
                     continue
-                yield no, row if isinstance(row, dict) else BadRecord(f"{path.name}:{no}: not an object")
+                yield no, row if isinstance(row, dict) else BadRecord("not an object")
     elif suffix == ".json":
-        try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
-        if not isinstance(rows, list):
-            raise ValueError(f"{path}: expected a JSON list of records")
-        for no, row in enumerate(rows, 1):
-            yield no, row if isinstance(row, dict) else BadRecord(f"{path.name}[{no}]: not an object")
+        for no, row in _json_list(path):
+            yield no, row if isinstance(row, dict) else BadRecord("not an object")
     elif suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as fh:
-            for no, row in enumerate(csv.DictReader(fh), 2):
-                yield no, dict(row)
+        # Agent benchmarks' CSV exports carry whole trajectories in one field (over csv's 128 KiB default).
+        limit = csv.field_size_limit(2**31 - 1)
+        try:
+            with path.open(encoding="utf-8", newline="") as fh:
+                reader = csv.DictReader(fh)
+                reader.fieldnames  # noqa: B018 (reads the header, so line_num counts it)
+                start = reader.line_num + 1
+                for row in reader:
+                    yield start, dict(row)  # the line a record starts on (quoted fields span lines)
+                    start = reader.line_num + 1
+        finally:
+            csv.field_size_limit(limit)
     elif suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -269,6 +303,10 @@ LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "livecodebench": _livecodebench,
 }
 
+# The agentic benchmarks' parsers live in their own module, which adds them to LOADERS when imported (it
+# imports EvalItem and BadRecord from here, so the import sits below them and works from either side).
+import eval.agent_loaders  # noqa: E402, F401
+
 
 def load(benchmark: str, paths: Path | list[Path], *, date_from: str = "", date_to: str = "") -> LoadResult:
     """Return the items of a benchmark's local file(s); LiveCodeBench rows may be filtered by contest date."""
@@ -288,7 +326,8 @@ def load(benchmark: str, paths: Path | list[Path], *, date_from: str = "", date_
             except BadRecord as exc:
                 result.dropped += 1
                 if len(result.reasons) < 10:
-                    result.reasons.append(f"{Path(path).name} record {no}: {exc}")
+                    sep = " row " if Path(path).suffix.lower() == ".parquet" else ":"
+                    result.reasons.append(f"{path}{sep}{no}: {exc}")
                 continue
             date = item.meta.get("contest_date", "")
             if (date_from and date and date < date_from) or (date_to and date and date > date_to):

@@ -6,6 +6,9 @@ checkpoint, in order: start the SGLang server (long-running: the runbook backgro
 override, ``eval.lm_eval_avgk``), run each lm-eval benchmark once with ``repeats: k`` and one ``--seed``
 (every one of the k samples scored by the task's own filters and metrics), sample the native benchmarks
 through ``eval.generate`` and run their own scorers, then ``collect`` avg@k into ``scores.json``.
+Agentic benchmarks (``harness="agent"``: MCP-Atlas, Tau2-Bench) have no harness here yet: each gets a last
+step that only prints that it is not scored (:func:`harness_missing`), never a command that would
+score it wrongly, so the rest of the runbook still runs.
 ``render_eval_plan`` returns the same steps with names and the background flag. Flags follow lm-eval 0.4.13
 (``lm_eval --model local-chat-completions``; with no subcommand 0.4.10+ inserts ``run``) and
 ``sglang.launch_server``. lm-eval sends the k repeats of a prompt as identical requests (with
@@ -208,6 +211,15 @@ _NATIVE = {
 }
 
 
+def harness_missing(bench: Benchmark) -> EvalStep:
+    """Return the step that says an agentic benchmark is not scored (the repository has no agent harness)."""
+    note = (
+        f"{bench.name}: NOT SCORED - agent harness missing ({bench.title} needs a multi-turn tool-use "
+        f"harness, none in this repository yet; scorer to reproduce: {bench.scorer})"
+    )
+    return EvalStep(f"{bench.name}:harness_missing", ["echo", note])
+
+
 def render_eval_plan(
     checkpoint_dir: Path, benchmarks: list[str], cluster: EvalCluster | Mapping | None = None
 ) -> list[EvalStep]:
@@ -253,7 +265,7 @@ def render_eval_plan(
     for bench in benches:
         if bench.harness == "lm_eval":
             steps += _lm_eval_steps(bench, name, out, cluster)
-        else:
+        elif bench.harness == "native":
             steps += _native_steps(bench, name, out, cluster)
     if lm:
         collect = [
@@ -267,7 +279,7 @@ def render_eval_plan(
             *lm,
         ]
         steps.append(EvalStep("collect", collect))
-    return steps
+    return steps + [harness_missing(b) for b in benches if b.harness == "agent"]
 
 
 def render_eval_commands(

@@ -276,6 +276,10 @@ class EmbeddedOverrides(StrictModel):
     optimizer: dict[str, Any] = Field(default_factory=dict, description="Partial OptimizerConfig.")
     sft: dict[str, Any] = Field(default_factory=dict, description="Partial SFTConfig.")
     rollout: dict[str, Any] = Field(default_factory=dict, description="Partial RolloutConfig.")
+    environment: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Partial rl.environment, e.g. options naming an offline task set (no hub at this scale).",
+    )
     data: dict[str, Any] = Field(default_factory=dict, description="Partial data parameters (counts).")
     eval: dict[str, Any] = Field(default_factory=dict, description="Partial EvalConfig.")
     phases: list[PhaseOverride] | None = Field(

@@ -38,6 +38,7 @@ _EMBEDDED_TARGETS = {
     "optimizer": "optimizer",
     "sft": "sft",
     "rollout": "rl.rollout",
+    "environment": "rl.environment",
     "data": "data",
     "eval": "eval",
 }

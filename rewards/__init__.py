@@ -22,6 +22,7 @@ for _name, _module in {
     "science": "rewards.reasoning",
     "code": "rewards.code_reward",
     "if_rubrics": "rewards.instruction_following",
+    "awm_verifier": "infra.agents.awm.reward",  # needs the episode's database: the awm environment scores
 }.items():
     declare_provider(_name, _module)
 

@@ -1,6 +1,7 @@
 """Deterministic offline task generators for the embedded (tiny) scale, shared by the whole tiny chain.
 
-Families: ``math``, ``puzzle``, ``science``, ``code``, ``if_multi_constraint``, ``if_multiturn``. Every
+Families: ``math``, ``puzzle``, ``science``, ``code``, ``if_multi_constraint``, ``if_multiturn``,
+``awm_agent`` (AWM-format tool tasks, :mod:`.awm`). Every
 generator returns :class:`TinyTask` records with a reference solution; :func:`generate` picks a family,
 :func:`sft_samples` renders tasks as SFT conversations, and :func:`write_heldout` writes the held-out set
 of any embedded metric so every stage that reports e.g. ``math_acc`` scores the very same rows.
@@ -21,7 +22,7 @@ from types import MappingProxyType
 
 from data_prep.io import write_jsonl
 from data_prep.schema import SFTSample
-from data_prep.tiny_tasks import code, instructions, math, puzzles, science
+from data_prep.tiny_tasks import awm, code, instructions, math, puzzles, science
 from data_prep.tiny_tasks.common import TinyTask, rng_for
 
 TaskGenerator = Callable[..., list[TinyTask]]
@@ -33,6 +34,7 @@ _GENERATORS: dict[str, TaskGenerator] = {
     "code": code.generate,
     "if_multi_constraint": instructions.multi_constraint,
     "if_multiturn": instructions.multi_turn,
+    awm.FAMILY: awm.generate,
 }
 # Embedded metric -> the families its held-out set draws from.
 _METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -43,6 +45,7 @@ _METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
     "code_pass1": ("code",),
     "if_all_constraints": ("if_multi_constraint",),
     "if_multiturn_rubrics": ("if_multiturn",),
+    awm.METRIC: (awm.FAMILY,),
 }
 
 #: Read-only views of the registries (family -> generator, embedded metric -> families).

@@ -34,9 +34,16 @@ def _norm(text: str) -> str:
 
 
 def prompt_text(row: PromptRow | dict) -> str:
-    """Return the concatenated text of a row's prompt messages."""
+    """Return the concatenated text of a row's prompt messages, as the overlap and 8-gram screens read it.
+
+    An agent row's system turn is its environment's description (an AWM scenario's app, shared by every
+    task of the scenario), not the task, so it is left out: the screens compare the requests.
+    """
     data = row.model_dump() if isinstance(row, PromptRow) else row
-    return row_text({"prompt": data["prompt"]}) or ""
+    prompt = data["prompt"]
+    if (data.get("metadata") or {}).get("environment") == "agent" and isinstance(prompt, list):
+        prompt = [m for m in prompt if not (isinstance(m, dict) and m.get("role") == "system")]
+    return row_text({"prompt": prompt}) or ""
 
 
 def load_rows(paths: Iterable[Path]) -> list[dict]:

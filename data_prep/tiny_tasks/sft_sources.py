@@ -3,7 +3,8 @@
 No hub exists at the embedded scale, so :func:`write_embedded_sources` writes one JSONL file per family in
 the formats the SFT builder converts (ShareGPT ``conversations`` with Hermes tool calls, OpenAI
 ``messages`` with structured tool calls/results and separate or inline reasoning, prompt/response with a
-``reasoning`` field), plus calculator and test-runner tool chats. Every file is sprinkled with malformed
+``reasoning`` field), plus calculator and test-runner tool chats and AWM tool-task trajectories
+(:mod:`.awm`). Every file is sprinkled with malformed
 rows (:data:`MALFORMED`) that the builder must drop and count, and tasks are screened against the
 held-out sets first (:func:`screened_tasks`) so each family keeps its size.
 """
@@ -22,7 +23,7 @@ from data_prep.decontam_pipeline import row_text
 from data_prep.decontaminate import PhraseIndex, scan_texts
 from data_prep.io import atomic_write_text
 from data_prep.sources import SourceSpec, local_source
-from data_prep.tiny_tasks import TinyTask, generate
+from data_prep.tiny_tasks import TinyTask, awm, generate
 from data_prep.tiny_tasks.code import run_reference
 
 # Table 3 category of each embedded family.
@@ -184,8 +185,27 @@ SOURCE_FILES: dict[str, tuple[str, str, Callable[[str, Any, int], dict]]] = {
     "if_multiturn": ("openai_if_multiturn", "openai", _openai_row),
     "calculator": ("openai_calculator", "openai", _calculator_row),
     "test_runner": ("sharegpt_test_runner", "sharegpt", _test_runner_row),
+    "awm_agent": ("openai_awm_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
 }
-CATEGORY = {**FAMILY_CATEGORY, "calculator": "General Agent", "test_runner": "Coding Agent"}
+CATEGORY = {
+    **FAMILY_CATEGORY,
+    "calculator": "General Agent",
+    "test_runner": "Coding Agent",
+    "awm_agent": "General Agent",
+}
+
+
+def screen_text(task: TinyTask) -> str:
+    """Return the text the held-out screen reads for ``task``: its SFT conversation, as the mix screen does.
+
+    An agent task's system turn is its environment's description (AWM: the scenario's app, the same for
+    every task of the scenario), not the task: it is left out, or every task of a held-out task's scenario
+    would match it.
+    """
+    sample = task.sft_sample().model_dump()
+    if task.metadata.get("environment") == "agent":
+        sample["messages"] = [m for m in sample["messages"] if m["role"] != "system"]
+    return row_text(sample) or ""
 
 
 def screened_tasks(
@@ -196,7 +216,7 @@ def screened_tasks(
     tasks: list[TinyTask] = []
     for mult in sorted({min(m, oversample) for m in (2, 4, oversample)}):
         tasks = [t for t in generate(family, n * mult, seed, "train") if keep(t)]
-        texts = [row_text(t.sft_sample().model_dump()) or "" for t in tasks]  # as the mix screen reads it
+        texts = [screen_text(t) for t in tasks]
         kept = [t for t, m in zip(tasks, scan_texts(index, texts), strict=True) if m is None][:n]
         if len(kept) >= n:
             break
@@ -209,7 +229,8 @@ def write_embedded_sources(
     """Write the embedded source files and return their specs and what was written (for the manifest).
 
     ``params`` is the SFT stage's ``data`` section: ``families`` (count per family),
-    ``calculator_conversations``, ``test_runner_conversations``, ``oversample`` and ``malformed_every``.
+    ``calculator_conversations``, ``test_runner_conversations``, ``awm_conversations``, ``oversample`` and
+    ``malformed_every``.
     """
     screen: dict[str, dict[str, int]] = {}
 
@@ -224,7 +245,10 @@ def write_embedded_sources(
     calls = [[calc[i], calc[n_calc + i // 2]] if i % 2 and n_calc + i // 2 < len(calc) else [calc[i]]
              for i in range(min(n_calc, len(calc)))]  # fmt: skip
     code_fn = pick("test_runner", "code", params.test_runner_conversations, alt, lambda t: "tests" in t.label)
-    items = {**fam, "calculator": calls, "test_runner": code_fn}
+    n_awm = getattr(params, "awm_conversations", 0)
+    unique = lambda t: not awm.is_repeat(t.id)  # noqa: E731 - the family cycles its pool past the end
+    agent = pick("awm_agent", awm.FAMILY, n_awm, seed, unique) if n_awm else []
+    items = {**fam, "calculator": calls, "test_runner": code_fn, "awm_agent": awm.gold_conversations(agent)}
     specs, info, total = [], {}, {}
     for family, (name, fmt, build) in SOURCE_FILES.items():
         if not items.get(family):

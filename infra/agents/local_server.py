@@ -13,7 +13,9 @@ and-logprobs-out over SGLang's wire format; it stays a thin shell around a gener
   the room left.
 * ``GET /health``, ``GET /model_info``.
 
-It binds 127.0.0.1 only, on a free port, and serves requests one generation at a time (one model).
+It binds 127.0.0.1 only, on a free port, and serves requests one generation at a time (one model), or,
+given a :class:`~infra.agents.lockstep.LockstepBatcher`, in deterministic batches across the rollout's
+episodes.
 :func:`start_model_server` backs it with :func:`infra.embedded.generation.generate` for any local model
 folder, :func:`start_micro_server` with the embedded ``micro`` model.
 """
@@ -31,6 +33,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from infra.agents.lockstep import BatchBackend, LockstepBatcher
 from infra.embedded.generation import Generation
 
 #: ``backend(input_ids, max_new_tokens=, temperature=, top_p=, stop_token_ids=, seed=) -> Generation``
@@ -63,8 +66,10 @@ class GenerateServer:
         max_context_tokens: int,
         model_path: str = "local",
         port: int = 0,
+        batcher: LockstepBatcher | None = None,
     ) -> None:
         self.backend = backend
+        self.batcher = batcher  # lockstep batches of the rollout's workers (else one request at a time)
         self.tokenizer = tokenizer
         self.max_context_tokens = max_context_tokens
         self.model_path = model_path
@@ -131,15 +136,12 @@ class GenerateServer:
                 f"'sampling_params.max_new_tokens' must be >= 1, got {params.get('max_new_tokens')}"
             )
         started = time.perf_counter()
-        with self._lock:
-            gen = self.backend(
-                ids,
-                max_new_tokens=max_new,
-                temperature=temperature,
-                top_p=top_p,
-                stop_token_ids=stops,
-                seed=seed,
-            )
+        kw = {"max_new_tokens": max_new, "temperature": temperature, "top_p": top_p, "stop_token_ids": stops}
+        if self.batcher is not None:
+            gen = self.batcher.submit(ids, seed=seed, **kw)
+        else:
+            with self._lock:
+                gen = self.backend(ids, seed=seed, **kw)
         out_ids = list(gen.token_ids)
         shown = out_ids
         if gen.finish_reason == "stop" and not params.get("no_stop_trim", False):
@@ -211,6 +213,16 @@ def embedded_backend(model: Any, tokenizer: PreTrainedTokenizerBase) -> Backend:
         return generate(model, tokenizer, [ids], **kw)[0]
 
     return backend
+
+
+def embedded_batch_backend(model: Any, tokenizer: PreTrainedTokenizerBase) -> BatchBackend:
+    """Return a batch backend for :class:`~infra.agents.lockstep.LockstepBatcher` over an HF causal LM."""
+    from infra.embedded.generation import generate_rows
+
+    def run(rows: list[Any], **kw: Any) -> list[Generation]:
+        return generate_rows(model, tokenizer, rows, **kw)
+
+    return run
 
 
 def start_model_server(path: str | Path, *, port: int = 0) -> GenerateServer:

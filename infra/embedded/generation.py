@@ -149,3 +149,79 @@ def generate(
     finally:
         model.train(was_training)
     return out
+
+
+@dataclass
+class RowRequest:
+    """One prompt of :func:`generate_rows`: its tokens, its own budget and its own sampling seed."""
+
+    ids: list[int]
+    max_new_tokens: int
+    seed: int | None = None
+
+
+@torch.inference_mode()
+def generate_rows(
+    model: PreTrainedModel,
+    tokenizer: Tok,
+    rows: list[RowRequest],
+    *,
+    temperature: float,
+    top_p: float = 1.0,
+    stop_token_ids: list[int] | None = None,
+) -> list[Generation]:
+    """Sample ``rows`` as one batch, each with its own budget and its own seeded generator.
+
+    A row's tokens depend on its seed and on the batch it ran in (padding and batched kernels), not on
+    the order the requests arrived: the agent server batches a deterministic set of requests
+    (:mod:`infra.agents.lockstep`) and gets the same trajectories on every run.
+    """
+    if not rows or any(len(r.ids) == 0 or r.max_new_tokens < 1 for r in rows):
+        raise ValueError("generate_rows: every row needs at least one token and max_new_tokens >= 1")
+    device = model.device
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    gens = [None if r.seed is None else torch.Generator(device=device).manual_seed(int(r.seed)) for r in rows]
+    width = max(len(r.ids) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r.ids) :] = torch.tensor(r.ids, dtype=torch.long)
+        mask[i, width - len(r.ids) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    was_training = model.training
+    model.eval()
+    try:
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        past, logits = _cache_of(out), out.logits[:, -1]
+        cache_kw, last_pos = _cache_kw(model), positions[:, -1]
+        results = [Generation() for _ in rows]
+        done = [False] * len(rows)
+        stops = set(stop_token_ids or [])
+        for _ in range(max(r.max_new_tokens for r in rows)):
+            tokens = [pad_id] * len(rows)
+            for i, gen in enumerate(gens):
+                if done[i]:
+                    continue
+                t, lp = _sample(logits[i : i + 1], temperature, top_p, gen)
+                tokens[i] = int(t[0])
+                res = results[i]
+                res.token_ids.append(tokens[i])
+                res.logprobs.append(float(lp[0]))
+                if tokens[i] in stops:
+                    res.finish_reason, done[i] = "stop", True
+                elif len(res.token_ids) >= rows[i].max_new_tokens:
+                    done[i] = True
+            if all(done):
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
+            last_pos = last_pos + 1
+            step = torch.tensor(tokens, dtype=torch.long, device=device)[:, None]
+            out = model(
+                input_ids=step, attention_mask=mask, position_ids=last_pos[:, None], use_cache=True,
+                **{cache_kw: past},
+            )  # fmt: skip
+            past, logits = _cache_of(out), out.logits[:, -1]
+    finally:
+        model.train(was_training)
+    return results

@@ -135,7 +135,8 @@ class AgentToolEnvironment(Environment):
 
     def rollout(self, policy: Policy, rows: list[PromptRow], n: int, sampling: Sampling) -> list[Group]:
         """Run ``n`` episodes per row against a local ``/generate`` server over ``policy``."""
-        from infra.agents.local_server import GenerateServer, embedded_backend
+        from infra.agents.local_server import GenerateServer, embedded_backend, embedded_batch_backend
+        from infra.agents.lockstep import LockstepBatcher
         from infra.agents.loop import ModelEndpoint
         from infra.agents.slime_generate import task_from_parts
 
@@ -143,7 +144,12 @@ class AgentToolEnvironment(Environment):
         context = sampling.max_context_tokens or int(policy.model.config.max_position_embeddings)
         tasks = [task_from_parts(r.prompt, r.label, r.metadata, r.id, sampling.max_new_tokens) for r in rows]
         backend = policy.backend or embedded_backend(policy.model, tok)
-        server = GenerateServer(backend, tok, max_context_tokens=context)
+        slots = max(1, min(self.options.concurrency, len(tasks) * n))
+        # The trained model is served in lockstep batches (one per round of the workers' requests); a
+        # test's scripted backend is called one request at a time.
+        batch = None if policy.backend else embedded_batch_backend(policy.model, tok)
+        batcher = LockstepBatcher(batch, slots) if batch else None
+        server = GenerateServer(backend, tok, max_context_tokens=context, batcher=batcher)
         with server, quiet_episode_logs():
             endpoint = ModelEndpoint(
                 base_url=server.url,
@@ -152,7 +158,12 @@ class AgentToolEnvironment(Environment):
                 top_p=sampling.top_p,
                 max_retries=0,
             )
-            results = asyncio.run(self._episodes(endpoint, tasks, n, sampling.seed))
+            try:
+                done = batcher.worker_done if batcher else None
+                results = asyncio.run(self._episodes(endpoint, tasks, n, sampling.seed, slots, done))
+            finally:
+                if batcher is not None:
+                    batcher.close()
         groups = []
         for i, row in enumerate(rows):
             mine = results[i * n : (i + 1) * n]
@@ -161,20 +172,39 @@ class AgentToolEnvironment(Environment):
         return groups
 
     async def _episodes(
-        self, endpoint: Any, tasks: list[AgentTask], n: int, seed: int
+        self,
+        endpoint: Any,
+        tasks: list[AgentTask],
+        n: int,
+        seed: int,
+        slots: int | None = None,
+        worker_done: Any = None,
     ) -> list[RolloutResult]:
+        """Play ``n`` episodes per task with ``slots`` workers, each a fixed share of the episodes in turn.
+
+        Sample-major order: the episodes in flight belong to different tasks, so an environment that keeps
+        a warm server per task (AWM: one per scenario, reset between episodes) reuses it sample after
+        sample. ``worker_done`` is called as each worker finishes (the lockstep batcher stops waiting for it).
+        """
         import dataclasses
 
         from infra.agents.loop import run_episode
 
-        gate = asyncio.Semaphore(self.options.concurrency)
+        order = [(i, j) for j in range(n) for i in range(len(tasks))]
+        slots = max(1, min(slots or self.options.concurrency, len(order)))
+        done: dict[tuple[int, int], RolloutResult] = {}
 
-        async def one(i: int, j: int) -> RolloutResult:
-            async with gate:
-                ep = dataclasses.replace(endpoint, seed=derive_seed(seed, i, j) % 2**31)
-                return await run_episode(self.agent_env(), tasks[i], ep)
+        async def worker(k: int) -> None:
+            try:
+                for i, j in order[k::slots]:
+                    ep = dataclasses.replace(endpoint, seed=derive_seed(seed, i, j) % 2**31)
+                    done[(i, j)] = await run_episode(self.agent_env(), tasks[i], ep)
+            finally:
+                if worker_done is not None:
+                    worker_done()
 
-        return list(await asyncio.gather(*(one(i, j) for i in range(len(tasks)) for j in range(n))))
+        await asyncio.gather(*(worker(k) for k in range(slots)))
+        return [done[(i, j)] for i in range(len(tasks)) for j in range(n)]
 
     def slime_settings(self) -> dict[str, Any]:
         """``agent_env`` for :func:`infra.agents.slime_generate.generate`, and the actor count."""

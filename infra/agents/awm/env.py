@@ -10,6 +10,9 @@ template renders them in the system prompt, so the model calls them by name: no 
 ``call_tool`` meta-tools, paper §3.5); :meth:`AwmEnv.score` runs the task's code verifier on read-only
 copies of the pristine and final databases in a fresh sandbox runner (binary reward). HTTP 4xx answers
 are tool errors the policy sees; a 5xx, a sandbox crash or a timeout aborts the episode.
+
+``transport=mcp`` serves each episode from its own sandboxed MCP server instead (fastapi-mcp over stdio,
+:mod:`.mcp_client`; same tool names, errors and scoring); ``transport=dispatch`` (default) is the above.
 """
 
 from __future__ import annotations
@@ -26,15 +29,17 @@ from typing import Any
 from strands.tools.tools import PythonAgentTool
 from strands.types.tools import AgentTool
 
+from infra.agents.awm.mcp_client import McpScenarioServer
 from infra.agents.awm.release import Scenario, load_release
+from infra.agents.awm.schemas import compact_tool_spec
 from infra.agents.awm.server import AwmServerPool, ServerLease, VerifierRunner
 from infra.agents.contract import AgentTask, EnvironmentFailure, EpisodeLimits
 from infra.agents.envs.base import AgentEnvironment
 from rewards.contract import RewardRequest, RewardResult
 
 SYSTEM_PROMPT = (
-    "You operate the {title} application for the authenticated user (user_id=1). {description}"
-    "Use its tools, called by name, to carry out the user's request, then reply with a short final answer."
+    "You act for user 1 in the {title} app. {description}"
+    "Call its tools by name to do what the user asks, then give a short final answer."
 )
 
 
@@ -124,13 +129,23 @@ class AwmEnv(AgentEnvironment):
         workers: int = 4,
         unsafe_local: bool = False,
         verifier_timeout: float = 10.0,
+        transport: str = "dispatch",
         **limits: Any,
     ) -> None:
+        if transport not in ("dispatch", "mcp"):
+            raise ValueError(f"awm option transport={transport!r}: expected 'dispatch' or 'mcp'")
+        self.transport = transport
+        self.mcp: McpScenarioServer | None = None
         path = Path(str(release)).resolve()
-        self.runtime = runtime(str(path), int(workers), bool(unsafe_local), float(verifier_timeout))
+        self._runtime_args = (str(path), int(workers), bool(unsafe_local), float(verifier_timeout))
         self.limits = EpisodeLimits(**limits)
         self.lease: ServerLease | None = None
         self._tools: list[AgentTool] = []
+
+    @property
+    def runtime(self) -> AwmRuntime:
+        """The release's process-wide runtime, loaded on first use (a config check needs no release)."""
+        return runtime(*self._runtime_args)
 
     def tools(self) -> list[AgentTool]:
         """Return one tool per endpoint of the current episode's scenario."""
@@ -168,18 +183,24 @@ class AwmEnv(AgentEnvironment):
     async def reset(self, task: AgentTask) -> None:
         """Lease the scenario's sandboxed server with a fresh database copy and build its tools."""
         scenario = self.runtime.scenario(str(task.metadata["scenario"]))
+        if self.transport == "mcp":
+            unsafe = self.runtime.unsafe_local
+            self.mcp = await asyncio.to_thread(McpScenarioServer, scenario, unsafe_local=unsafe)
+            self._tools = self.mcp.tools()
+            return
         self.lease = await asyncio.to_thread(self.runtime.servers().acquire, scenario)
-        self._tools = [endpoint_tool(self.lease, spec) for spec in self.lease.tool_specs]
+        self._tools = [endpoint_tool(self.lease, compact_tool_spec(s)) for s in self.lease.tool_specs]
 
     def score(self, task: AgentTask, request: RewardRequest) -> RewardResult:
         """Run the task's verifier on the pristine and final databases (``aborted`` if it cannot run)."""
         scenario = self.runtime.scenario(str(task.metadata["scenario"]))
         code = scenario.verifiers.get(int(task.metadata["task_idx"]))
-        if self.lease is None or code is None:
-            why = "no server lease" if self.lease is None else "task has no verifier"
+        source = self.mcp if self.transport == "mcp" else self.lease
+        if source is None or code is None:
+            why = "no server lease" if source is None else "task has no verifier"
             return RewardResult(score=0.0, aborted=True, failure="environment", details={"error": why})
         try:
-            final = self.lease.snapshot()
+            final = source.snapshot()
         except EnvironmentFailure as exc:
             return RewardResult(score=0.0, aborted=True, failure="environment", details={"error": str(exc)})
         return self.runtime.verifier().verify(code, scenario.database(), final, request.response)
@@ -187,5 +208,8 @@ class AwmEnv(AgentEnvironment):
     async def cleanup(self) -> None:
         """Give the server lease back (a broken one is discarded)."""
         lease, self.lease, self._tools = self.lease, None, []
+        server, self.mcp = self.mcp, None
+        if server is not None:
+            await asyncio.to_thread(server.close)
         if lease is not None:
             lease.pool.release(lease)

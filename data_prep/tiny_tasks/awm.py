@@ -1,0 +1,198 @@
+"""The ``awm_agent`` tiny family: AgentWorldModel-format tool tasks on generated single-table scenarios.
+
+The embedded scale of stage 04 (General Agent). :func:`tiny_release` writes, once per generator version,
+a release in the public AWM format (:mod:`data_prep.awm_generate` with ``split_tables`` and
+``lean``: every table of the four domains is its own scenario with five tools, so the schemas fit the
+micro model's context) into ``$RUFUS_DATA_CACHE`` (default ``~/.cache/rufus/data``). The split:
+
+* **held-out scenarios**: :data:`HELDOUT_SCENARIOS` of the 18 scenarios never appear in training;
+* **held-out tasks**: every fourth task of each other scenario (unseen tasks of seen scenarios);
+* **train**: the remaining tasks of the seen scenarios (SFT conversations and RL prompts).
+
+Each task is a row of the ``agent`` environment running ``awm_tiny`` (:mod:`.awm_env`: the built-in
+``awm`` environment over this release with the tiny episode budgets), scored by the task's code verifier
+(``awm_verifier``). :func:`gold_conversations`
+replays the generator's gold actions through the sandboxed servers and returns the SFT conversations
+(real tool results, GLM tool calls) the SFT mix's General Agent family is made of.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from data_prep.tiny_tasks.common import TinyTask, check_split, rng_for
+
+FAMILY = "awm_agent"
+METRIC = "agent_task_success"
+TASKS_PER_SCENARIO = 24
+RELEASE_SEED = 0
+ENV = "awm_tiny"
+HELDOUT_SCENARIOS = 3
+#: Episode budgets at the embedded scale: look up, act, answer (three model turns, one spare error).
+LIMITS = {
+    "max_tool_calls": 3,
+    "max_iterations": 3,
+    "max_new_tokens": 48,
+    "max_context_tokens": 1280,
+    "tool_result_max_tokens": 160,
+    "max_tool_errors": 1,
+}
+DONE = "Done."
+
+
+def cache_root() -> Path:
+    """Return the generated-data cache (``$RUFUS_DATA_CACHE`` or ``~/.cache/rufus/data``)."""
+    return Path(os.environ.get("RUFUS_DATA_CACHE", Path.home() / ".cache" / "rufus" / "data"))
+
+
+def _code_key() -> str:
+    from data_prep import awm_domains, awm_generate
+
+    digest = hashlib.sha256()
+    for mod in (awm_domains, awm_generate):
+        digest.update(Path(str(mod.__file__)).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def tiny_release() -> Path:
+    """Return the folder of the tiny release, generating it on first use (atomic rename).
+
+    One release for every run seed (generator seed :data:`RELEASE_SEED`): the run seed orders the tasks,
+    as a benchmark stays fixed while training seeds vary.
+    """
+    from data_prep.awm_generate import generate
+
+    seed = RELEASE_SEED
+    out = cache_root() / "awm_tiny" / f"seed{seed}-{_code_key()}"
+    if (out / "gold_actions.jsonl").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    generate(tmp, seed=seed, tasks=TASKS_PER_SCENARIO, split_tables=True, lean=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process won the race: its copy is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def split_of(scenarios: list[str]) -> set[str]:
+    """Return the held-out scenario names (fixed, like the release)."""
+    names = sorted(scenarios)
+    rng_for("awm_heldout_scenarios", RELEASE_SEED).shuffle(names)
+    return set(names[:HELDOUT_SCENARIOS])
+
+
+def _pool(seed: int, split: str) -> list[tuple[str, int]]:
+    from infra.agents.awm.release import load_release
+
+    scenarios = load_release(tiny_release())
+    unseen = split_of(list(scenarios))
+    pool = []
+    for name in sorted(scenarios):
+        for task in scenarios[name].verified_tasks():
+            heldout = name in unseen or task.index % 4 == 3
+            if heldout == (split == "heldout"):
+                pool.append((name, task.index))
+    rng_for("awm_pool", seed, split).shuffle(pool)
+    return pool
+
+
+def is_repeat(task_id: str) -> bool:
+    """True for a task :func:`generate` repeated past the end of its pool (id suffix ``-rK``)."""
+    return re.search(r"-r\d+$", task_id) is not None
+
+
+def generate(n: int, seed: int, split: str = "train") -> list[TinyTask]:
+    """Return ``n`` tasks of ``split`` (cycling with an ``-rK`` id suffix past the end of the pool)."""
+    check_split(split)
+    from data_prep.tiny_tasks.awm_env import TinyAwmEnv
+    from infra.agents.awm.selfcheck import load_gold
+    from infra.environments.agent import AgentOptions, task_row
+
+    env = TinyAwmEnv()
+    gold = load_gold(tiny_release())
+    pool = _pool(seed, split)
+    out = []
+    for i in range(n):
+        name, idx = pool[i % len(pool)]
+        task = env.task_of(env.runtime.scenario(name), idx)
+        if i >= len(pool):
+            task = task.model_copy(update={"id": f"{task.id}-r{i // len(pool)}"})
+        meta = task_row(task, AgentOptions(env=ENV), reward="awm_verifier").metadata
+        answer = str(gold[(name, idx)].get("final_answer") or "") or DONE
+        out.append(
+            TinyTask(
+                id=task.id,
+                prompt=task.messages,
+                label=None,
+                metadata={**meta, "family": FAMILY, "source": "tiny_tasks", "category": "General Agent"},
+                reasoning="",
+                answer=answer,
+            )
+        )
+    return out
+
+
+def _openai_tools(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from infra.agents.awm.schemas import compact_tool_spec
+
+    out = []
+    for spec in map(compact_tool_spec, specs):
+        params = spec["inputSchema"]["json"]
+        fn = {"name": spec["name"], "description": spec["description"], "parameters": params}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def gold_conversations(tasks: list[TinyTask]) -> list[dict[str, Any]]:
+    """Return OpenAI-format conversations of ``tasks``' gold actions, tool results from the sandboxed servers.
+
+    One assistant turn per gold call (GLM tool call), the server's real reply as the tool message, then
+    the final answer. A task whose gold call the server rejects is left out (the generator self-checks,
+    so that means the release changed under us).
+    """
+    from infra.agents.awm.release import load_release
+    from infra.agents.awm.selfcheck import load_gold
+    from infra.agents.awm.server import AwmServerPool
+
+    release = tiny_release()
+    scenarios, gold = load_release(release), load_gold(release)
+    pool = AwmServerPool(2)
+    rows: dict[int, dict[str, Any]] = {}
+    order = sorted(range(len(tasks)), key=lambda i: (str(tasks[i].metadata["scenario"]), i))
+    try:  # grouped by scenario: each server boots once (~1 s) and is reset (~1 ms) between tasks
+        for i in order:
+            task = tasks[i]
+            name, idx = str(task.metadata["scenario"]), int(task.metadata["task_idx"])
+            lease = pool.acquire(scenarios[name])
+            try:
+                messages, ok = [dict(m) for m in task.prompt], True
+                for k, action in enumerate(gold[(name, idx)]["actions"]):
+                    args = json.dumps(action["arguments"])
+                    reply = lease.call_tool(action["tool"], args)
+                    ok = ok and int(reply["status"]) < 400
+                    call = f"{task.id}-call{k}"
+                    fn = {"name": action["tool"], "arguments": args}
+                    messages += [
+                        {"role": "assistant", "content": "",
+                         "tool_calls": [{"id": call, "type": "function", "function": fn}]},
+                        {"role": "tool", "tool_call_id": call, "name": action["tool"],
+                         "content": str(reply["body"])},
+                    ]  # fmt: skip
+                tools = _openai_tools(lease.tool_specs)
+            finally:
+                pool.release(lease)
+            if ok:
+                messages.append({"role": "assistant", "content": task.answer})
+                rows[i] = {"id": task.id, "messages": messages, "tools": tools}
+    finally:
+        pool.close()
+    return [rows[i] for i in sorted(rows)]

@@ -1,0 +1,203 @@
+"""Row parsers of the agentic benchmarks' public formats (MCP-Atlas, Tau2-Bench) for ``eval.loaders``.
+
+Each parser turns one record into an :class:`eval.loaders.EvalItem`; ``eval.loaders.load`` reads the files
+and drops and counts what a parser rejects (:class:`eval.loaders.BadRecord`), naming file and line.
+Hand-written rather than imported: the upstream readers come with their harnesses (``tau2`` from git, a
+TypeScript harness and a Docker image for MCP-Atlas), none of which installs or runs here, and loading
+needs only the field shapes.
+
+* MCP-Atlas (HF ``ScaleAI/MCP-Atlas``, one parquet file; the repository's CSV exports have the same
+  columns): ``TASK`` id, ``PROMPT``, ``ENABLED_TOOLS`` (a JSON list of tool names or ``{"name": ...}``
+  objects, as a string or a list; upstream also accepts comma-separated names), ``GTFA_CLAIMS`` (a list of
+  claims, stored as a JSON or Python-literal list string), ``TRAJECTORY`` (not kept).
+* Tau2-Bench (``data/tau2/domains/<domain>/tasks.json``): ``id``, ``user_scenario{persona, instructions}``
+  (instructions are ``{domain, reason_for_call, known_info, unknown_info, task_instructions}`` or a plain
+  string), ``initial_state``, ``evaluation_criteria{actions, env_assertions, communicate_info,
+  nl_assertions, reward_basis}``. The agent sees no task text: the harness's user simulator opens the
+  conversation from ``meta["user_scenario"]``, so ``messages`` is empty (a task's pre-filled
+  ``message_history`` stays in ``meta["initial_state"]``, where the harness replays it).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable
+from typing import Any
+
+from eval.loaders import LOADERS, BadRecord, EvalItem, Record
+
+#: Reward components of Tau2-Bench's ``reward_basis`` and its default (the original tau-bench's).
+TAU2_REWARD_TYPES = ("DB", "ENV_ASSERTION", "NL_ASSERTION", "ACTION", "COMMUNICATE")
+TAU2_DEFAULT_BASIS = ("DB", "COMMUNICATE")
+
+
+def _text(row: Record, key: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise BadRecord(f"missing or empty {key!r}")
+    return value
+
+
+def _listish(raw: Any, key: str) -> list[Any]:
+    """Return a list stored as a list, a JSON list string or a Python-literal list string."""
+    if hasattr(raw, "tolist"):  # numpy arrays from a pyarrow list column
+        raw = raw.tolist()
+    if isinstance(raw, list):
+        return raw
+    if not isinstance(raw, str) or not raw.strip().startswith("["):
+        raise BadRecord(f"{key!r} is not a list")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        try:
+            value = ast.literal_eval(raw)  # literals only: the release writes Python reprs of lists
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            raise BadRecord(f"{key!r} is neither a JSON nor a Python list ({type(exc).__name__})") from exc
+    if not isinstance(value, list):
+        raise BadRecord(f"{key!r} is not a list")
+    return value
+
+
+def mcp_atlas_tools(raw: Any) -> list[str]:
+    """Return the tool names of an ``ENABLED_TOOLS`` value, in order and each once."""
+    if isinstance(raw, str) and raw.strip() and not raw.strip().startswith("["):
+        items: list[Any] = [t.strip() for t in raw.split(",")]
+    else:
+        items = _listish(raw, "ENABLED_TOOLS")
+    names: list[str] = []
+    for item in items:
+        name = item.get("name") if isinstance(item, dict) else item
+        if not isinstance(name, str) or not name.strip():
+            raise BadRecord(f"ENABLED_TOOLS entry {str(item)[:60]!r} names no tool")
+        if name.strip() not in names:
+            names.append(name.strip())
+    if not names:
+        raise BadRecord("ENABLED_TOOLS is empty")
+    return names
+
+
+def mcp_atlas(row: Record) -> EvalItem:
+    """MCP-Atlas row -> the user prompt; reference = the claims the judge scores coverage against."""
+    task = row.get("TASK")
+    if isinstance(task, bool) or not isinstance(task, (str, int)) or not str(task).strip():
+        raise BadRecord("missing or empty 'TASK'")
+    prompt = _text(row, "PROMPT")
+    claims = _listish(row.get("GTFA_CLAIMS"), "GTFA_CLAIMS")
+    if not claims or not all(isinstance(c, str) and c.strip() for c in claims):
+        raise BadRecord("GTFA_CLAIMS is not a non-empty list of claim strings")
+    tools = mcp_atlas_tools(row.get("ENABLED_TOOLS"))
+    return EvalItem(
+        id=str(task).strip(),
+        messages=[{"role": "user", "content": prompt}],
+        reference={"claims": [c.strip() for c in claims]},
+        meta={"enabled_tools": tools, "prompt": prompt},
+    )
+
+
+def _str_list(value: Any, key: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadRecord(f"evaluation_criteria.{key} is not a list of strings")
+    return value
+
+
+def _tau2_action(action: Any, i: int) -> dict[str, Any]:
+    if not isinstance(action, dict):
+        raise BadRecord(f"evaluation_criteria.actions[{i}] is not an object")
+    name, args = action.get("name"), action.get("arguments")
+    if not isinstance(name, str) or not name or not isinstance(args, dict):
+        raise BadRecord(f"evaluation_criteria.actions[{i}] needs a 'name' and an 'arguments' object")
+    compare = action.get("compare_args")
+    if compare is not None and not (isinstance(compare, list) and all(isinstance(c, str) for c in compare)):
+        raise BadRecord(f"evaluation_criteria.actions[{i}].compare_args is not a list of argument names")
+    if action.get("requestor", "assistant") not in ("assistant", "user"):
+        raise BadRecord(f"evaluation_criteria.actions[{i}].requestor must be 'assistant' or 'user'")
+    return {
+        "action_id": str(action.get("action_id") or f"{i}"),
+        "requestor": action.get("requestor", "assistant"),
+        "name": name,
+        "arguments": args,
+        "compare_args": compare,
+    }
+
+
+def _tau2_criteria(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise BadRecord("missing 'evaluation_criteria' object")
+    basis = raw.get("reward_basis")
+    basis = list(TAU2_DEFAULT_BASIS) if basis is None else basis
+    if not isinstance(basis, list) or not basis or any(b not in TAU2_REWARD_TYPES for b in basis):
+        raise BadRecord(f"reward_basis {basis!r} is not a non-empty list of {', '.join(TAU2_REWARD_TYPES)}")
+    actions = raw.get("actions") or []
+    if not isinstance(actions, list):
+        raise BadRecord("evaluation_criteria.actions is not a list")
+    env_assertions = raw.get("env_assertions")
+    if env_assertions is not None and not (
+        isinstance(env_assertions, list) and all(isinstance(a, dict) for a in env_assertions)
+    ):
+        raise BadRecord("evaluation_criteria.env_assertions is not a list of objects")
+    return {
+        "actions": [_tau2_action(a, i) for i, a in enumerate(actions)],
+        "env_assertions": env_assertions,
+        "communicate_info": _str_list(raw.get("communicate_info"), "communicate_info"),
+        "nl_assertions": _str_list(raw.get("nl_assertions"), "nl_assertions"),
+        "reward_basis": basis,
+    }
+
+
+def _tau2_scenario(raw: Any) -> tuple[dict[str, Any], str]:
+    """Return the user scenario and its domain ('' when the instructions are a plain string)."""
+    if not isinstance(raw, dict):
+        raise BadRecord("missing 'user_scenario' object")
+    persona, instructions = raw.get("persona"), raw.get("instructions")
+    if persona is not None and not isinstance(persona, str):
+        raise BadRecord("user_scenario.persona is not a string")
+    if isinstance(instructions, str) and instructions.strip():
+        return {"persona": persona, "instructions": instructions}, ""
+    if not isinstance(instructions, dict):
+        raise BadRecord("user_scenario.instructions is neither an object nor a string")
+    for key in ("domain", "reason_for_call", "task_instructions"):
+        _text(instructions, key)
+    for key in ("known_info", "unknown_info"):
+        if instructions.get(key) is not None and not isinstance(instructions[key], str):
+            raise BadRecord(f"user_scenario.instructions.{key} is not a string")
+    return {"persona": persona, "instructions": dict(instructions)}, instructions["domain"]
+
+
+def tau2(domain: str) -> Callable[[Record], EvalItem]:
+    """Return the parser of one Tau2-Bench domain's ``tasks.json`` records (other domains are rejected)."""
+
+    def parse(row: Record) -> EvalItem:
+        rid = row.get("id")
+        if isinstance(rid, bool) or not isinstance(rid, (str, int)) or not str(rid).strip():
+            raise BadRecord("missing or empty 'id'")
+        scenario, task_domain = _tau2_scenario(row.get("user_scenario"))
+        if task_domain and task_domain != domain:
+            raise BadRecord(f"task of domain {task_domain!r}, expected {domain!r}")
+        criteria = _tau2_criteria(row.get("evaluation_criteria"))
+        initial = row.get("initial_state")
+        if initial is not None and not isinstance(initial, dict):
+            raise BadRecord("initial_state is not an object")
+        return EvalItem(
+            id=str(rid),
+            messages=[],
+            reference=criteria,
+            meta={
+                "domain": domain,
+                "user_scenario": scenario,
+                "initial_state": initial,
+                "description": row.get("description"),
+            },
+        )
+
+    return parse
+
+
+#: Row parser of each agentic loader name used in ``eval.registry`` (added to ``eval.loaders.LOADERS``).
+AGENT_LOADERS: dict[str, Callable[[Record], EvalItem]] = {
+    "mcp_atlas": mcp_atlas,
+    "tau2_retail": tau2("retail"),
+}
+LOADERS.update(AGENT_LOADERS)

@@ -1,0 +1,163 @@
+"""Stage 04 General Agent: the tiny AWM family, lean scenarios, compact schemas, the reward and data prep."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from data_prep.awm_generate import generate as generate_release
+from data_prep.tiny_tasks import awm as tiny_awm
+from data_prep.tiny_tasks import generate, heldout_tasks
+from data_prep.tiny_tasks.rl_prep import prompt_text
+from infra import recipe
+from infra.agents.awm.release import load_release
+from infra.agents.awm.schemas import compact_schema
+from infra.agents.awm.selfcheck import load_gold, replay, self_check
+from infra.agents.awm.server import AwmServerPool
+from infra.prep import PrepContext
+from infra.sandbox import check_isolation
+from rewards import RewardRequest, get_reward
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def sandbox_ok() -> None:
+    if not check_isolation().ok:
+        if os.geteuid() != 0:
+            pytest.skip("sandbox isolation needs root: " + "; ".join(check_isolation().problems))
+        pytest.fail("sandbox isolation unavailable: " + "; ".join(check_isolation().problems))
+
+
+@pytest.fixture(scope="module")
+def release(sandbox_ok) -> Path:
+    return tiny_awm.tiny_release()
+
+
+def test_lean_single_table_scenarios_have_five_tools_and_self_check(tmp_path: Path, sandbox_ok) -> None:
+    names = generate_release(
+        tmp_path, seed=2, tasks=4, domains=["team_calendar"], split_tables=True, lean=True
+    )
+    scenarios = load_release(tmp_path)
+    assert sorted(names) == sorted(scenarios) and len(names) >= 3
+    for s in scenarios.values():
+        assert len(s.tables) == 1 and len(s.spec_operation_ids()) == 5
+        assert "order_by" not in s.full_code and "description=" not in s.full_code
+    assert self_check(tmp_path) == []
+
+
+def test_compact_schema_keeps_arguments_and_drops_only_noise() -> None:
+    raw = {
+        "type": "object",
+        "title": "Body",
+        "properties": {
+            "title": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Title"},
+            "n": {"type": "integer", "minimum": 1, "default": 20, "title": "N", "description": "How many"},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        },
+        "required": ["n"],
+    }
+    assert compact_schema(raw) == {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},  # a property named "title" is an argument, kept
+            "n": {"type": "integer", "minimum": 1, "default": 20, "description": "How many"},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]},  # a real union stays
+        },
+        "required": ["n"],
+    }
+
+
+def test_family_splits_unseen_scenarios_and_unseen_tasks(release: Path) -> None:
+    train = [t for t in generate(tiny_awm.FAMILY, 400, 0, "train") if not tiny_awm.is_repeat(t.id)]
+    held = heldout_tasks(tiny_awm.METRIC, 400, 0)
+    key = lambda t: (t.metadata["scenario"], t.metadata["task_idx"])  # noqa: E731
+    assert not {key(t) for t in train} & {key(t) for t in held}
+    unseen = {t.metadata["scenario"] for t in held} - {t.metadata["scenario"] for t in train}
+    assert len(unseen) == tiny_awm.HELDOUT_SCENARIOS
+    assert any(t.metadata["scenario"] not in unseen for t in held)  # unseen tasks of seen scenarios too
+    for t in (train[0], held[0]):
+        assert t.metadata["environment"] == "agent" and t.metadata["environment_options"]["env"] == "awm_tiny"
+        assert t.metadata["reward"] == "awm_verifier" and t.prompt[0]["role"] == "system"
+    assert [t.id for t in generate(tiny_awm.FAMILY, 20, 3, "train")] == [
+        t.id for t in generate(tiny_awm.FAMILY, 20, 3, "train")
+    ]
+
+
+def test_gold_conversations_carry_the_servers_real_replies(release: Path) -> None:
+    tasks = [
+        t for t in generate(tiny_awm.FAMILY, 60, 0, "train") if t.prompt[1]["content"].startswith("Delete")
+    ]
+    rows = tiny_awm.gold_conversations(tasks[:3])
+    assert len(rows) == 3
+    for row in rows:
+        calls = [m for m in row["messages"] if m.get("tool_calls")]
+        replies = [m for m in row["messages"] if m["role"] == "tool"]
+        assert [c["tool_calls"][0]["function"]["name"].split("_")[0] for c in calls] == ["list", "delete"]
+        found = json.loads(replies[0]["content"])  # the list call's real reply names the row to delete
+        target = json.loads(calls[1]["tool_calls"][0]["function"]["arguments"])["item_id"]
+        assert [r["id"] for r in found] == [target] and json.loads(replies[1]["content"]) == {
+            "deleted": target
+        }
+        assert {t["function"]["name"] for t in row["tools"]} >= {
+            "get_" + calls[1]["tool_calls"][0]["function"]["name"].split("_", 1)[1]
+        }
+        assert row["messages"][-1] == {"role": "assistant", "content": tiny_awm.DONE}
+
+
+def test_screens_read_the_request_not_the_scenario_system_turn() -> None:
+    system = {"role": "system", "content": "You act for user 1 in the app."}
+    user = {"role": "user", "content": "Delete the track 'Glass Golden'."}
+    agent = {"prompt": [system, user], "metadata": {"environment": "agent"}}
+    plain = {"prompt": [system, user], "metadata": {}}
+    assert "user 1" not in prompt_text(agent) and "Glass Golden" in prompt_text(agent)
+    assert "user 1" in prompt_text(plain)
+
+
+def test_awm_verifier_scores_the_final_database_and_aborts_without_one(release: Path, tmp_path: Path) -> None:
+    reward = get_reward("awm_verifier")
+    assert reward(RewardRequest(response="Done.")).aborted
+    scenarios, gold = load_release(release), load_gold(release)
+    (name, idx), record = next(iter(gold.items()))
+    pool = AwmServerPool(1)
+    try:
+        final, rejected = replay(pool, scenarios[name], record["actions"])
+    finally:
+        pool.close()
+    assert not rejected
+    (tmp_path / "final.db").write_bytes(final)
+    (tmp_path / "pristine.db").write_bytes(scenarios[name].database())
+    meta = {"awm_release": str(release), "scenario": name, "task_idx": idx}
+    answer = str(record.get("final_answer") or "Done.")
+    done = reward(
+        RewardRequest(response=answer, metadata={**meta, "final_db_path": str(tmp_path / "final.db")})
+    )
+    noop = reward(
+        RewardRequest(response="", metadata={**meta, "final_db_path": str(tmp_path / "pristine.db")})
+    )
+    assert (done.score, done.aborted, noop.score, noop.aborted) == (1.0, False, 0.0, False)
+    missing = reward(
+        RewardRequest(response="", metadata={**meta, "final_db_path": str(tmp_path / "gone.db")})
+    )
+    assert missing.aborted and "gone.db" in missing.details["error"]
+
+
+def test_embedded_data_prep_writes_verified_rows_and_counts_every_step(release: Path, tmp_path: Path) -> None:
+    stage = recipe.resolve_stage(ROOT / "stages" / "04_general_agent", "embedded")
+    ctx = PrepContext(stage=stage, out_dir=tmp_path, seed=0, profile="embedded")
+    summary = stage.module("data_prep").prepare(ctx)
+    rows = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert summary["train"] == len(rows) > 100 and summary["families"] == {tiny_awm.FAMILY: len(rows)}
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    steps = [s["step"] for s in manifest["steps"]]
+    assert steps == ["generated", "heldout_overlap", "decontamination", "correctness_teacher",
+                     "correctness_difficulty"]  # fmt: skip
+    held = {
+        json.loads(x)["id"]
+        for x in (tmp_path / "heldout" / "agent_task_success.jsonl").read_text().splitlines()
+    }
+    assert held and not held & {r["id"] for r in rows}
+    assert all(r["metadata"]["environment_options"]["env"] == "awm_tiny" for r in rows)
