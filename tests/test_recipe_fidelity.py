@@ -112,7 +112,24 @@ def test_03_if_rl_table16_and_section_3_4():
     assert res["Multi-challenge"] == (31.1, 55.8, False) and res["AdvancedIF"] == (45.5, 62.9, False)
 
 
-@pytest.mark.parametrize("name", ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl"])
+def test_04_general_agent_table16_and_section_3_5():
+    s = _stage("04_general_agent").config
+    r, p = s.rl.rollout, s.rl.policy
+    assert s.optimizer.lr == 1e-6 and s.production.nodes == 16 and s.production.rollout_routing_replay
+    assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (48, 64, 1)
+    assert r.max_context_tokens == 32768 and p.estimator == "grpo" and p.kl_coef == 0.0
+    assert s.rl.dynamic_sampling.filter == "nonzero_std" and r.over_sampling_factor > 1  # DAPO with refill
+    assert s.reward == "awm_verifier" and s.rl.environment.name == "agent"
+    assert s.rl.environment.options["env"].startswith("awm:release=/mnt/rufus/data/04_general_agent/")
+    assert len(s.data["source"]["revision"]) == 40  # AgentWorldModel-1K pinned to a commit
+    res = _results(_stage("04_general_agent"))
+    assert res["MCP-Atlas"] == (34.95, 42.75, False) and res["Tau2-Retail"] == (74.0, 83.8, False)
+
+
+STAGE_IDS = ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl", "04_general_agent"]
+
+
+@pytest.mark.parametrize("name", STAGE_IDS)
 def test_embedded_profile_keeps_rewards_filters_and_objective(name: str):
     prod = resolve_stage(REPO_ROOT / "stages" / name, "production").config
     emb = resolve_stage(REPO_ROOT / "stages" / name, "embedded").config

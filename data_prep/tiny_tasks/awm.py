@@ -53,10 +53,10 @@ def cache_root() -> Path:
 
 
 def _code_key() -> str:
-    from data_prep import awm_domains, awm_generate
+    from data_prep import awm_domains, awm_generate, awm_tasks
 
     digest = hashlib.sha256()
-    for mod in (awm_domains, awm_generate):
+    for mod in (awm_domains, awm_generate, awm_tasks):
         digest.update(Path(str(mod.__file__)).read_bytes())
     return digest.hexdigest()[:12]
 

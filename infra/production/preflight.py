@@ -146,7 +146,7 @@ def score(stage: Any, sample: dict[str, Any]) -> tuple[float, bool, str | None]:
     from rewards.contract import RewardRequest, get_reward, safe_score
 
     prompt = sample.get("prompt") or [{"role": "user", "content": ""}]
-    metadata = dict(sample.get("metadata") or {})
+    metadata = {k: _stage_path(stage.folder, v) for k, v in (sample.get("metadata") or {}).items()}
     if stage.config.kind == "rl":
         from infra.production.slime_hooks import ABORTED_KEY, score_sample
 
@@ -161,6 +161,11 @@ def score(stage: Any, sample: dict[str, Any]) -> tuple[float, bool, str | None]:
     )
     result = safe_score(get_reward(name), req)
     return float(result.score), bool(result.aborted), result.failure
+
+
+def _stage_path(folder: Path, value: Any) -> Any:
+    """A metadata string starting with ``./`` names a file in the stage folder (e.g. a fixture release)."""
+    return str(Path(folder) / value[2:]) if isinstance(value, str) and value.startswith("./") else value
 
 
 def check_reward(stage: Any, samples: dict[str, Any]) -> Check:
