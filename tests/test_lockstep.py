@@ -81,3 +81,27 @@ def test_generate_rows_keeps_each_rows_budget_stop_and_seed(micro) -> None:
     assert stopped.finish_reason == "stop" and stopped.token_ids == [stop]
     with pytest.raises(ValueError, match="at least one token"):
         generate_rows(model, tok, [RowRequest([], 3)], temperature=1.0)
+
+
+def test_prefix_cache_reuses_earlier_tokens_and_changes_no_sample(micro) -> None:
+    from infra.embedded.prefix_cache import PrefixKVCache
+
+    model, tok = micro
+    g = random.Random(0)
+    prompts = [[g.randrange(len(tok)) for _ in range(n)] for n in (120, 90, 120)]
+    prompts[2] = prompts[0][:100] + prompts[2][100:]  # shares 100 tokens with the first
+    first = [len(p) for p in prompts]
+    cache = PrefixKVCache()
+    for turn in range(2):
+        rows = [RowRequest(p, 8, seed=10 * turn + k) for k, p in enumerate(prompts)]
+        plain = generate_rows(model, tok, rows, temperature=1.0)
+        cached = generate_rows(model, tok, rows, temperature=1.0, prefix_cache=cache)
+        assert [g.token_ids for g in cached] == [g.token_ids for g in plain]
+        prompts = [p + g.token_ids + [3, 4] for p, g in zip(prompts, plain, strict=True)]  # the next turn
+    # the second turn re-encodes only what is new to each row: its last sampled token and the two added
+    assert cache.hits == sum(n + 8 - 1 for n in first) and cache.misses == sum(first) + 3 * 3
+    # a later request sharing only part of a stored sequence reuses that part
+    rows = [RowRequest(prompts[0][:100] + [7, 8, 9], 4, seed=1)]
+    before = cache.hits
+    generate_rows(model, tok, rows, temperature=1.0, prefix_cache=cache)
+    assert cache.hits - before == 100

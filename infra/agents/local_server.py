@@ -218,9 +218,12 @@ def embedded_backend(model: Any, tokenizer: PreTrainedTokenizerBase) -> Backend:
 def embedded_batch_backend(model: Any, tokenizer: PreTrainedTokenizerBase) -> BatchBackend:
     """Return a batch backend for :class:`~infra.agents.lockstep.LockstepBatcher` over an HF causal LM."""
     from infra.embedded.generation import generate_rows
+    from infra.embedded.prefix_cache import PrefixKVCache
+
+    cache = PrefixKVCache()  # one set of weights: the rollout that built this backend drops it after
 
     def run(rows: list[Any], **kw: Any) -> list[Generation]:
-        return generate_rows(model, tokenizer, rows, **kw)
+        return generate_rows(model, tokenizer, rows, prefix_cache=cache, **kw)
 
     return run
 

@@ -17,6 +17,7 @@ and its ``ToolLimiter`` (tool-call and iteration budgets, raised at a message bo
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -275,7 +276,8 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
         if termination.is_infrastructure_failure:
             reward_result = None
         else:
-            reward_result = _score(env, task, transcript)
+            # verifiers block (a sandboxed process per call): off the event loop, so the others go on
+            reward_result = await asyncio.to_thread(_score, env, task, transcript)
             if reward_result.aborted:
                 termination = Termination.ABORTED
     except Exception as exc:  # noqa: BLE001 - env reset/tools failing is an infrastructure abort

@@ -13,8 +13,11 @@ import inspect
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tok
+
+from infra.embedded.prefix_cache import PrefixKVCache
 
 
 @dataclass
@@ -169,12 +172,15 @@ def generate_rows(
     temperature: float,
     top_p: float = 1.0,
     stop_token_ids: list[int] | None = None,
+    prefix_cache: PrefixKVCache | None = None,
 ) -> list[Generation]:
     """Sample ``rows`` as one batch, each with its own budget and its own seeded generator.
 
     A row's tokens depend on its seed and on the batch it ran in (padding and batched kernels), not on
     the order the requests arrived: the agent server batches a deterministic set of requests
-    (:mod:`infra.agents.lockstep`) and gets the same trajectories on every run.
+    (:mod:`infra.agents.lockstep`) and gets the same trajectories on every run. With ``prefix_cache`` each
+    row encodes only what the cache does not hold (then the batch decodes together) and its sequence is
+    stored for the next call.
     """
     if not rows or any(len(r.ids) == 0 or r.max_new_tokens < 1 for r in rows):
         raise ValueError("generate_rows: every row needs at least one token and max_new_tokens >= 1")
@@ -182,18 +188,22 @@ def generate_rows(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     gens = [None if r.seed is None else torch.Generator(device=device).manual_seed(int(r.seed)) for r in rows]
     width = max(len(r.ids) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, width - len(r.ids) :] = torch.tensor(r.ids, dtype=torch.long)
         mask[i, width - len(r.ids) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    mask = mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     was_training = model.training
     model.eval()
     try:
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        past, logits = _cache_of(out), out.logits[:, -1]
+        if prefix_cache is None:
+            ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            for i, r in enumerate(rows):
+                ids[i, width - len(r.ids) :] = torch.tensor(r.ids, dtype=torch.long)
+            out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions, use_cache=True)
+            past, logits = _cache_of(out), out.logits[:, -1]
+        else:
+            past, logits = _prefill_with_cache(model, rows, width, prefix_cache)
         cache_kw, last_pos = _cache_kw(model), positions[:, -1]
         results = [Generation() for _ in rows]
         done = [False] * len(rows)
@@ -222,6 +232,44 @@ def generate_rows(
                 **{cache_kw: past},
             )  # fmt: skip
             past, logits = _cache_of(out), out.logits[:, -1]
+        if prefix_cache is not None:
+            for i, (r, res) in enumerate(zip(rows, results, strict=True)):
+                cols = slice(width - len(r.ids), width + len(res.token_ids) - 1)  # last token never fed
+                kv = [(x.keys[i : i + 1, :, cols], x.values[i : i + 1, :, cols]) for x in past.layers]
+                prefix_cache.put(r.ids + res.token_ids[:-1], kv)
     finally:
         model.train(was_training)
     return results
+
+
+def _prefill_with_cache(
+    model: PreTrainedModel, rows: list[RowRequest], width: int, cache: PrefixKVCache
+) -> tuple[object, torch.Tensor]:
+    """Encode each row past its longest cached prefix; return the left-padded batch cache and last logits."""
+    from transformers import DynamicCache
+
+    device, cache_kw = model.device, _cache_kw(model)
+    layers: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+    last = []
+    for r in rows:
+        n, kv = cache.lookup(r.ids)
+        n = min(n, len(r.ids) - 1)  # at least one token is encoded, for its logits
+        past = None
+        if n > 0 and kv is not None:
+            past = DynamicCache(
+                ddp_cache_data=[(k[:, :, :n], v[:, :, :n]) for k, v in kv], config=model.config
+            )
+        cache.hits, cache.misses = cache.hits + n, cache.misses + len(r.ids) - n
+        suffix = torch.tensor([r.ids[n:]], dtype=torch.long, device=device)
+        pos = torch.arange(n, len(r.ids), device=device)[None]
+        reuse = {cache_kw: past} if past is not None else {}
+        out = model(input_ids=suffix, position_ids=pos, use_cache=True, **reuse)
+        row_cache = _cache_of(out)
+        pad = width - len(r.ids)
+        layers.append(
+            [(F.pad(x.keys, (0, 0, pad, 0)), F.pad(x.values, (0, 0, pad, 0))) for x in row_cache.layers]
+        )
+        last.append(out.logits[:, -1])
+    merged = [(torch.cat([row[j][0] for row in layers]), torch.cat([row[j][1] for row in layers]))
+              for j in range(len(layers[0]))]  # fmt: skip
+    return DynamicCache(ddp_cache_data=merged, config=model.config), torch.cat(last)
