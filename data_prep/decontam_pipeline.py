@@ -14,9 +14,11 @@ that checks nothing must not report "removed 0".
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,17 @@ from data_prep.benchmarks import (
     benchmark_records,
     load_benchmark,
 )
-from data_prep.decontaminate import SHORT_MIN_WORDS, THRESHOLD, Match, PhraseIndex, build_index, iter_scan
-from data_prep.io import JsonlWriter, MalformedCounter, read_jsonl
+from data_prep.decontaminate import (
+    SHORT_MIN_WORDS,
+    THRESHOLD,
+    Match,
+    PhraseIndex,
+    build_index,
+    iter_scan,
+    map_ordered,
+    scan_texts,
+)
+from data_prep.io import JsonlWriter, MalformedCounter, parse_jsonl_line, read_jsonl
 
 
 def _turn_text(turn: Any) -> list[str]:
@@ -244,6 +255,108 @@ def screen_rows(
         yield row, match
 
 
+CHUNK_BYTES = 1 << 20
+_BOM = b"\xef\xbb\xbf"
+# Serialises as json.dumps(row, ensure_ascii=False) does, without building an encoder per row.
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def _line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[str, int, bytes]]:
+    """Yield ``(path, number of the first line, whole lines)``, about ``chunk_bytes`` at a time.
+
+    The reading process only cuts blocks at a newline; splitting and parsing happen where the chunk
+    is screened, so they spread over the workers.
+    """
+    with path.open("rb") as fh:
+        lineno, parts = 1, []
+        while block := fh.read(chunk_bytes):
+            cut = block.rfind(b"\n") + 1
+            if not cut:  # a line longer than the chunk: keep reading
+                parts.append(block)
+                continue
+            lines = b"".join([*parts, block[:cut]]) if parts else block[:cut]
+            parts = [block[cut:]] if cut < len(block) else []
+            yield str(path), lineno, lines
+            lineno += lines.count(b"\n")
+        if parts:  # the last line, without a newline
+            yield str(path), lineno, b"".join(parts)
+
+
+def _dumps_kept(row: dict, raw: bytes) -> str:
+    """``json.dumps(row, ensure_ascii=False)``, by the faster ASCII encoder when that gives the same text.
+
+    It does when every string in the row is ASCII and none holds DEL (escaped only in ASCII mode):
+    guaranteed by an ASCII line with no ``\\u`` escape and no DEL byte.
+    """
+    if raw.isascii() and b"\\u" not in raw and b"\x7f" not in raw:
+        return json.dumps(row)
+    return _ENCODER.encode(row)
+
+
+@dataclass
+class _Screened:
+    """One chunk's outcome: its kept and removed rows serialised, and what the report needs."""
+
+    scanned: int
+    kept: bytes
+    kept_rows: int
+    removed: bytes
+    removed_ids: list[tuple[str, str]]  # (row id, benchmark), in order
+    malformed: MalformedCounter
+
+
+def _screen_chunk(index: PhraseIndex, task: tuple[str, int, bytes], id_key: str = "id") -> _Screened:
+    """Parse, screen and serialise one chunk of corpus lines (in a worker when there are several).
+
+    Lines are split as iterating the file does, and rows dropped and counted as :func:`read_jsonl` and
+    :func:`screen_rows` do; kept rows are written as :class:`JsonlWriter` writes them, removed ones with
+    their ``decontam`` match.
+    """
+    path, first, data = task
+    lines = BytesIO(data).readlines()
+    if first == 1 and lines and lines[0].startswith(_BOM):
+        lines[0] = lines[0][len(_BOM) :]
+    malformed = MalformedCounter()
+    rows, raws, texts = [], [], []
+    for lineno, raw in enumerate(lines, start=first):
+        row = parse_jsonl_line(raw, path, lineno, malformed)
+        if row is None:
+            continue
+        if not isinstance(row.get(id_key), (str, int)) or row.get(id_key) == "":
+            malformed.add("missing_id", f"{path}:{lineno}")
+            continue
+        text = row_text(row)
+        if text is None:
+            malformed.add("no_text", f"{path}:{lineno}", "no messages/conversations/prompt")
+            continue
+        rows.append(row)
+        raws.append(raw)
+        texts.append(text)
+    kept: list[str] = []
+    removed: list[str] = []
+    removed_ids: list[tuple[str, str]] = []
+    for row, raw, match in zip(rows, raws, scan_texts(index, texts) if texts else [], strict=True):
+        if match is None:
+            kept.append(_dumps_kept(row, raw))
+            continue
+        decontam = {
+            "benchmark": match.benchmark,
+            "item_id": match.item_id,
+            "phrase_hits": match.hits,
+            "phrases": match.phrases,
+        }
+        removed.append(_ENCODER.encode({**row, "decontam": decontam}))
+        removed_ids.append((str(row[id_key]), match.benchmark))
+    return _Screened(
+        scanned=len(rows),
+        kept=("\n".join(kept) + "\n").encode("utf-8") if kept else b"",
+        kept_rows=len(kept),
+        removed=("\n".join(removed) + "\n").encode("utf-8") if removed else b"",
+        removed_ids=removed_ids,
+        malformed=malformed,
+    )
+
+
 def decontaminate_file(
     corpus: str | Path,
     benchmarks: Mapping[str, str | Path],
@@ -279,23 +392,15 @@ def decontaminate_file(
     malformed = MalformedCounter()
     hashes: dict[str, str] = {}
     with JsonlWriter(out_dir / "kept.jsonl") as kept, JsonlWriter(out_dir / "removed.jsonl") as removed:
-        for row, match in screen_rows(
-            read_jsonl(corpus, malformed), index, report, malformed, workers=workers
-        ):
-            if match is None:
-                kept.write(row)
-            else:
-                removed.write(
-                    {
-                        **row,
-                        "decontam": {
-                            "benchmark": match.benchmark,
-                            "item_id": match.item_id,
-                            "phrase_hits": match.hits,
-                            "phrases": match.phrases,
-                        },
-                    }
-                )
+        for part in map_ordered(index, _screen_chunk, _line_chunks(Path(corpus)), workers):
+            malformed.merge(part.malformed)
+            report.scanned += part.scanned
+            report.kept += part.kept_rows
+            for row_id, benchmark in part.removed_ids:
+                report.removed_ids.append(row_id)
+                report.removed_per_benchmark[benchmark] += 1
+            kept.write_serialized(part.kept, part.kept_rows)
+            removed.write_serialized(part.removed, len(part.removed_ids))
     hashes["kept.jsonl"], hashes["removed.jsonl"] = kept.close(), removed.close()
     dense_benchmarks = [(n, items) for n, items, exhaustive in loaded if exhaustive]
     if dense and dense_benchmarks:

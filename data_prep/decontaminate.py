@@ -25,11 +25,15 @@ substring loop) give identical results and serve as the benchmark's baselines.
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing as mp
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import accumulate
+from typing import TypeVar
 
 import numpy as np
 
@@ -48,6 +52,8 @@ _SEP = b" \x01 "
 _BASE = 1099511628211  # odd, so it has an inverse mod 2**64
 _MASK64 = (1 << 64) - 1
 _BITMAP_BITS = 24
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def prepare(text: str) -> bytes:
@@ -65,6 +71,9 @@ def _to_int64(h: int) -> int:
     return h - (1 << 64) if h >= 1 << 63 else h
 
 
+_INV_BASE = _to_int64(pow(_BASE, -1, 1 << 64))
+
+
 def phrase_hash(phrase: bytes) -> int:
     """The int64 polynomial hash of ``phrase`` (sum of byte * BASE**position mod 2**64)."""
     h, p = 0, 1
@@ -72,6 +81,12 @@ def phrase_hash(phrase: bytes) -> int:
         h = (h + c * p) & _MASK64
         p = (p * _BASE) & _MASK64
     return _to_int64(h)
+
+
+@lru_cache(maxsize=4096)
+def _sampled_starts(windows: int, n_phrases: int) -> tuple[int, ...]:
+    last = windows - 1
+    return tuple(sorted({round(i * last / (n_phrases - 1)) for i in range(n_phrases)}))
 
 
 def item_phrases(
@@ -82,14 +97,15 @@ def item_phrases(
     short_min_words: int = SHORT_MIN_WORDS,
 ) -> list[bytes]:
     """Return the distinct normalised phrases screened for one item (empty if the item is too short)."""
-    words = normalize(text).split()
+    words = prepare(text).split()
+    joined = b" " + b" ".join(words) + b" "
     if len(words) < n:
-        return [b" " + b" ".join(words) + b" "] if len(words) >= short_min_words else []
-    starts = range(len(words) - n + 1)
-    if not exhaustive and len(starts) > n_phrases:
-        last = len(starts) - 1
-        starts = sorted({round(i * last / (n_phrases - 1)) for i in range(n_phrases)})
-    return list(dict.fromkeys(b" " + b" ".join(words[s : s + n]) + b" " for s in starts))
+        return [joined] if len(words) >= short_min_words else []
+    windows = len(words) - n + 1
+    starts = range(windows) if exhaustive or windows <= n_phrases else _sampled_starts(windows, n_phrases)
+    # ends[i] + i: the space before word i in ``joined``, so a phrase is one slice of it.
+    ends = list(accumulate(map(len, words), initial=0))
+    return list(dict.fromkeys([joined[ends[s] + s : ends[s + n] + s + n + 1] for s in starts]))
 
 
 @dataclass(frozen=True)
@@ -111,21 +127,40 @@ class PhraseIndex:
     phrases: list[bytes] = field(default_factory=list)
     phrase_items: list[list[int]] = field(default_factory=list)
     skipped_short: dict[str, int] = field(default_factory=dict)
-    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    hash_pids: dict[int, list[int]] = field(default_factory=dict)
+    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted phrase hashes
+    hash_pids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the pid of each
     bitmap: np.ndarray = field(default_factory=lambda: np.zeros(1 << _BITMAP_BITS, bool))
     window_words: tuple[int, ...] = ()
 
     def finalize(self) -> PhraseIndex:
         """Build the hash arrays after all phrases are added."""
-        self.hash_pids = {}
-        for pid, phrase in enumerate(self.phrases):
-            self.hash_pids.setdefault(phrase_hash(phrase), []).append(pid)
-        self.hashes = np.array(sorted(self.hash_pids), dtype=np.int64)
+        hashes, spaces = _phrase_hashes(self.phrases)
+        self.hash_pids = np.argsort(hashes, kind="stable")
+        self.hashes = hashes[self.hash_pids]
         self.bitmap = np.zeros(1 << _BITMAP_BITS, bool)
         self.bitmap[self.hashes & ((1 << _BITMAP_BITS) - 1)] = True
-        self.window_words = tuple(sorted({p.count(b" ") - 1 for p in self.phrases}))
+        self.window_words = tuple(int(k) for k in np.unique(spaces - 1))
         return self
+
+
+def _phrase_hashes(phrases: Sequence[bytes], chunk: int = 1 << 14) -> tuple[np.ndarray, np.ndarray]:
+    """``phrase_hash(phrase[1:])`` of every phrase and its count of spaces, with numpy in chunks."""
+    hashes, spaces = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for first in range(0, len(phrases), chunk):
+        part = phrases[first : first + chunk]
+        buf = np.frombuffer(b"".join(part), dtype=np.uint8)
+        lengths = np.fromiter(map(len, part), dtype=np.int64, count=len(part))
+        starts = np.cumsum(lengths) - lengths
+        pw, _ = _powers(int(lengths.max()))
+        at = np.ones(len(buf), dtype=np.int64)  # position in its phrase: +1 a byte, back to 0 at a start
+        at[starts[1:]] = 1 - lengths[:-1]
+        at[0] = 0
+        np.cumsum(at, out=at)
+        full = np.add.reduceat(buf * pw[at], starts)  # int64 arithmetic wraps: mod 2**64
+        # Without the leading byte: (hash - byte 0) / BASE, the form the scan computes.
+        hashes.append((full - buf[starts]) * np.int64(_INV_BASE))
+        spaces.append(np.add.reduceat((buf == 32).astype(np.int64), starts))
+    return np.concatenate(hashes), np.concatenate(spaces)
 
 
 def build_index(
@@ -137,6 +172,7 @@ def build_index(
     """Index ``(name, items, exhaustive)`` benchmarks in chain order."""
     index = PhraseIndex()
     pid_of: dict[bytes, int] = {}
+    phrase_items = index.phrase_items
     for b_idx, (name, items, exhaustive) in enumerate(benchmarks):
         index.benchmarks.append(name)
         index.skipped_short[name] = 0
@@ -148,11 +184,13 @@ def build_index(
             gid = len(index.items)
             index.items.append((b_idx, item.id, len(phrases), max(1, math.ceil(threshold * len(phrases)))))
             for phrase in phrases:
-                pid = pid_of.setdefault(phrase, len(index.phrases))
-                if pid == len(index.phrases):
-                    index.phrases.append(phrase)
-                    index.phrase_items.append([])
-                index.phrase_items[pid].append(gid)
+                pid = pid_of.get(phrase)
+                if pid is None:
+                    pid_of[phrase] = len(phrase_items)
+                    phrase_items.append([gid])
+                else:
+                    phrase_items[pid].append(gid)
+    index.phrases = list(pid_of)  # insertion order: pid order
     return index.finalize()
 
 
@@ -195,30 +233,36 @@ def _scan_hash(index: PhraseIndex, texts: Sequence[bytes]) -> list[set[int]]:
     b = raw[keep]
     n = len(b)
     pw, inv = _powers(n + 1)
-    prefix = _scratch("prefix", n + 1)
-    prefix[0] = 0
-    weighted = _scratch("weighted", n)
-    np.multiply(b, pw[:n], out=weighted, dtype=np.int64)
-    np.cumsum(weighted, out=prefix[1:])
+    prefix = _scratch("prefix", n)  # prefix[j]: hash sum of b[: j + 1]
+    np.multiply(b, pw[:n], out=prefix, dtype=np.int64)
+    np.cumsum(prefix, out=prefix)
     spaces = np.flatnonzero(b == 32)
-    seps = np.flatnonzero(b == 1)
+    # The window from the space at L to the space at R is b[L + 1 : R + 1] ("w1 ... wk "), whose hash
+    # is (prefix[R] - prefix[L]) * BASE**-(L + 1): one gather of each array per space, not per window.
+    at_space = prefix[spaces]
+    scale = inv[1:][spaces]
     found: list[set[int]] = [set() for _ in texts]
+    seps: np.ndarray | None = None
     for k in index.window_words:
         if len(spaces) <= k:
             continue
-        left, right = spaces[:-k], spaces[k:] + 1
-        h = (prefix[right] - prefix[left]) * inv[left]
+        h = (at_space[k:] - at_space[:-k]) * scale[:-k]
         cand = np.flatnonzero(index.bitmap[h & ((1 << _BITMAP_BITS) - 1)])
         if not len(cand):
             continue
         hc = h[cand]
-        pos = np.minimum(np.searchsorted(index.hashes, hc), len(index.hashes) - 1)
-        for c in cand[index.hashes[pos] == hc]:
-            window = b[left[c] : right[c]].tobytes()
-            row = int(np.searchsorted(seps, left[c]))
-            for pid in index.hash_pids[int(h[c])]:
+        pos = np.searchsorted(index.hashes, hc)
+        hit = index.hashes[np.minimum(pos, len(index.hashes) - 1)] == hc
+        for c, p in zip(cand[hit].tolist(), pos[hit].tolist(), strict=True):
+            left, right = int(spaces[c]), int(spaces[c + k])
+            window = b[left : right + 1].tobytes()
+            seps = np.flatnonzero(b == 1) if seps is None else seps
+            row = int(np.searchsorted(seps, left))
+            while p < len(index.hashes) and index.hashes[p] == h[c]:  # every phrase with this hash
+                pid = int(index.hash_pids[p])
                 if index.phrases[pid] == window:
                     found[row].add(pid)
+                p += 1
     return found
 
 
@@ -282,9 +326,43 @@ def _init_worker(index: PhraseIndex) -> None:
     _WORKER_INDEX["index"] = index
 
 
-def _worker_scan(args: tuple[list[str], str]) -> list[Match | None]:
-    texts, engine = args
-    return scan_texts(_WORKER_INDEX["index"], texts, engine)
+def _apply(fn: Callable[[PhraseIndex, T], R], task: T) -> R:
+    return fn(_WORKER_INDEX["index"], task)
+
+
+def map_ordered(
+    index: PhraseIndex, fn: Callable[[PhraseIndex, T], R], tasks: Iterable[T], workers: int = 1
+) -> Iterator[R]:
+    """Yield ``fn(index, task)`` for each task, in order; ``workers > 1`` runs them in a process pool.
+
+    ``fn`` must be a module-level function (workers get it by name). Tasks are drawn lazily: at most
+    ``2 * workers`` are in flight, so memory stays bounded on a corpus of any size.
+    """
+    if workers <= 1:
+        for task in tasks:
+            yield fn(index, task)
+        return
+    if "fork" in mp.get_all_start_methods():  # children inherit the index: nothing to pickle
+        _WORKER_INDEX["index"] = index
+        gc.freeze()  # the children's collector then leaves the index's pages shared, not copied
+        try:
+            pool_cm = mp.get_context("fork").Pool(workers)
+        finally:
+            gc.unfreeze()
+    else:
+        pool_cm = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(index,))
+    with pool_cm as pool:
+        pending: deque = deque()
+        for task in tasks:
+            pending.append(pool.apply_async(_apply, (fn, task)))
+            if len(pending) > 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def _scan_task(index: PhraseIndex, task: tuple[list[str], str]) -> list[Match | None]:
+    return scan_texts(index, *task)
 
 
 def _batches(items: Iterable[tuple[object, str]], batch_bytes: int) -> Iterator[list[tuple[object, str]]]:
@@ -314,26 +392,12 @@ def iter_scan(
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {sorted(ENGINES)}")
-    if workers <= 1:
+    payloads: deque[list[object]] = deque()  # results come back in task order
+
+    def tasks() -> Iterator[tuple[list[str], str]]:
         for batch in _batches(items, batch_bytes):
-            yield from zip(
-                (p for p, _ in batch), scan_texts(index, [t for _, t in batch], engine), strict=True
-            )
-        return
-    if "fork" in mp.get_all_start_methods():  # children inherit the index: nothing to pickle
-        _WORKER_INDEX["index"] = index
-        pool_cm = mp.get_context("fork").Pool(workers)
-    else:
-        pool_cm = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(index,))
-    with pool_cm as pool:
-        pending: deque = deque()
-        for batch in _batches(items, batch_bytes):
-            pending.append(
-                ([p for p, _ in batch], pool.apply_async(_worker_scan, (([t for _, t in batch], engine),)))
-            )
-            while len(pending) > 2 * workers:
-                payloads, result = pending.popleft()
-                yield from zip(payloads, result.get(), strict=True)
-        while pending:
-            payloads, result = pending.popleft()
-            yield from zip(payloads, result.get(), strict=True)
+            payloads.append([p for p, _ in batch])
+            yield [t for _, t in batch], engine
+
+    for matches in map_ordered(index, _scan_task, tasks(), workers):
+        yield from zip(payloads.popleft(), matches, strict=True)

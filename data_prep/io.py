@@ -63,34 +63,44 @@ def read_jsonl(path: str | Path, malformed: MalformedCounter | None = None) -> I
     path = Path(path)
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
-            where = f"{path}:{lineno}"
             if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
                 raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                malformed.add("not_utf8", where, f"invalid byte at column {exc.start + 1}")
-                continue
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                malformed.add("invalid_json", where, exc.msg)
-                continue
-            except RecursionError:
-                malformed.add("invalid_json", where, "nested too deeply")
-                continue
-            if not isinstance(row, dict):
-                malformed.add("not_an_object", where, type(row).__name__)
-                continue
-            if "\\ud" in line or "\\uD" in line:  # possibly a lone surrogate escape
-                try:
-                    json.dumps(row, ensure_ascii=False).encode("utf-8")
-                except UnicodeEncodeError:
-                    malformed.add("invalid_unicode", where, "lone surrogate escape")
-                    continue
-            yield where, row
+            row = parse_jsonl_line(raw, path, lineno, malformed)
+            if row is not None:
+                yield f"{path}:{lineno}", row
+
+
+def parse_jsonl_line(raw: bytes, path: str | Path, lineno: int, malformed: MalformedCounter) -> dict | None:
+    """Return the JSON object on one line of ``path``, or None (blank, or dropped and counted).
+
+    The per-line rule of :func:`read_jsonl`, for callers that read lines in bulk (a byte-order mark
+    on the first line is the caller's to strip).
+    """
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        malformed.add("not_utf8", f"{path}:{lineno}", f"invalid byte at column {exc.start + 1}")
+        return None
+    if not line or line.isspace():  # blank (isspace, unlike strip, copies nothing)
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        malformed.add("invalid_json", f"{path}:{lineno}", exc.msg)
+        return None
+    except RecursionError:
+        malformed.add("invalid_json", f"{path}:{lineno}", "nested too deeply")
+        return None
+    if not isinstance(row, dict):
+        malformed.add("not_an_object", f"{path}:{lineno}", type(row).__name__)
+        return None
+    if b"\\u" in raw and (b"\\ud" in raw or b"\\uD" in raw):  # possibly a lone surrogate escape
+        try:
+            json.dumps(row, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            malformed.add("invalid_unicode", f"{path}:{lineno}", "lone surrogate escape")
+            return None
+    return row
 
 
 class JsonlWriter:
@@ -111,6 +121,12 @@ class JsonlWriter:
         self._fh.write(data)
         self._sha.update(data)
         self.count += 1
+
+    def write_serialized(self, data: bytes, rows: int) -> None:
+        """Append ``rows`` rows already serialised as :meth:`write` does (one JSON line each)."""
+        self._fh.write(data)
+        self._sha.update(data)
+        self.count += rows
 
     def close(self) -> str:
         """Flush, rename into place and return the file's sha256."""

@@ -88,6 +88,11 @@ class RolloutConfig(StrictModel):
     over_sampling_factor: float = Field(
         default=1.0, ge=1, description="Prompts drawn per needed prompt when a dynamic-sampling filter is on."
     )
+    max_sampling_attempts: int = Field(
+        default=8,
+        ge=1,
+        description="Embedded: draws per step before training on fewer groups (slime draws until full).",
+    )
 
     @model_validator(mode="after")
     def _batch_divides(self) -> RolloutConfig:

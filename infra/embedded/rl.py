@@ -281,7 +281,7 @@ class RLTrainer:
             group_filter(ds),
             over_sampling_factor=rc.over_sampling_factor,
             filtering=ds.filter != "none",
-            max_attempts=int(self.job.extra.get("max_sampling_attempts", 8)),
+            max_attempts=int(self.job.extra.get("max_sampling_attempts", rc.max_sampling_attempts)),
         )
         samples = [s for g in groups for s in g.samples]
         row: dict[str, Any] = {"step": step, "phase": phase.index, "lr": float(self.sched.get_last_lr()[0])}
