@@ -10,6 +10,11 @@ Benchmark and corpus records that cannot be used are counted apart: each benchma
 counter (``DecontamReport.benchmark_malformed``), the corpus's to the counter returned with the report. A
 benchmark that yields no item, or no item long enough to screen, is a :class:`BenchmarkError`: a screen
 that checks nothing must not report "removed 0".
+
+:func:`decontaminate_file` streams the corpus in ~1 MB chunks of whole lines: each chunk is parsed,
+screened and serialised in one call (in a worker with ``workers > 1``), and the reading process only
+cuts blocks, writes the returned bytes and hashes them, so the work spreads over the workers. Output is
+byte-for-byte what reading with ``read_jsonl``, :func:`screen_rows` and ``JsonlWriter`` gives.
 """
 
 from __future__ import annotations
@@ -261,12 +266,13 @@ _BOM = b"\xef\xbb\xbf"
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
-def _line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[str, int, bytes]]:
+def _line_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[tuple[str, int, bytes]]:
     """Yield ``(path, number of the first line, whole lines)``, about ``chunk_bytes`` at a time.
 
     The reading process only cuts blocks at a newline; splitting and parsing happen where the chunk
     is screened, so they spread over the workers.
     """
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     with path.open("rb") as fh:
         lineno, parts = 1, []
         while block := fh.read(chunk_bytes):

@@ -19,8 +19,12 @@ polynomial rolling hash in numpy and looks windows up in a sorted array of phras
 bitmap prefilter), then confirms each hit byte for byte. It is hand-written because pyahocorasick, the
 library choice, drops to a few MB/s per core with the ~165K phrases of the full benchmark list (its
 trie no longer fits in cache; see ``benchmarks/bench_decontam.py``) while the hash scan keeps
-~50-60 MB/s. ``aho`` (pyahocorasick over the same normalised text) and ``naive`` (a per-phrase
-substring loop) give identical results and serve as the benchmark's baselines.
+~80-100 MB per CPU-second. ``aho`` (pyahocorasick over the same normalised text) and ``naive`` (a
+per-phrase substring loop) give identical results and serve as the benchmark's baselines. The index's
+phrase hashes are computed in numpy too (a per-phrase Python loop cost ~3 s for the full list).
+
+:func:`map_ordered` runs any per-chunk function over a process pool that inherits the index;
+:func:`iter_scan` and the file pipeline (``data_prep.decontam_pipeline``) both use it.
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ _SEP = b" \x01 "
 _BASE = 1099511628211  # odd, so it has an inverse mod 2**64
 _MASK64 = (1 << 64) - 1
 _BITMAP_BITS = 24
-T = TypeVar("T")
-R = TypeVar("R")
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def prepare(text: str) -> bytes:
@@ -128,7 +132,7 @@ class PhraseIndex:
     phrase_items: list[list[int]] = field(default_factory=list)
     skipped_short: dict[str, int] = field(default_factory=dict)
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted phrase hashes
-    hash_pids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the pid of each
+    hash_pids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # pid of each hash
     bitmap: np.ndarray = field(default_factory=lambda: np.zeros(1 << _BITMAP_BITS, bool))
     window_words: tuple[int, ...] = ()
 
@@ -144,7 +148,7 @@ class PhraseIndex:
 
 
 def _phrase_hashes(phrases: Sequence[bytes], chunk: int = 1 << 14) -> tuple[np.ndarray, np.ndarray]:
-    """``phrase_hash(phrase[1:])`` of every phrase and its count of spaces, with numpy in chunks."""
+    """``phrase_hash(phrase[1:])`` of every (non-empty) phrase and its count of spaces, in numpy chunks."""
     hashes, spaces = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for first in range(0, len(phrases), chunk):
         part = phrases[first : first + chunk]
@@ -200,7 +204,7 @@ _POWERS: dict[str, np.ndarray] = {}
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     """BASE**i and BASE**-i mod 2**64 (as wrapping int64) for i < n, cached and grown geometrically."""
     if "pw" not in _POWERS or len(_POWERS["pw"]) < n:
-        size = max(n, 2 * len(_POWERS.get("pw", ())), 1 << 16)
+        size = max(2 * n, 2 * len(_POWERS.get("pw", ())), 1 << 16)  # headroom: one growth, not one a batch
         for key, base in (("pw", _BASE), ("inv", pow(_BASE, -1, 1 << 64))):
             arr = np.empty(size, dtype=np.int64)
             arr[0], filled, step = 1, 1, base
@@ -326,13 +330,13 @@ def _init_worker(index: PhraseIndex) -> None:
     _WORKER_INDEX["index"] = index
 
 
-def _apply(fn: Callable[[PhraseIndex, T], R], task: T) -> R:
+def _apply(fn: Callable[[PhraseIndex, _T], _R], task: _T) -> _R:
     return fn(_WORKER_INDEX["index"], task)
 
 
 def map_ordered(
-    index: PhraseIndex, fn: Callable[[PhraseIndex, T], R], tasks: Iterable[T], workers: int = 1
-) -> Iterator[R]:
+    index: PhraseIndex, fn: Callable[[PhraseIndex, _T], _R], tasks: Iterable[_T], workers: int = 1
+) -> Iterator[_R]:
     """Yield ``fn(index, task)`` for each task, in order; ``workers > 1`` runs them in a process pool.
 
     ``fn`` must be a module-level function (workers get it by name). Tasks are drawn lazily: at most

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -19,18 +18,9 @@ from infra.agents.envs.base import load_environment
 from infra.agents.local_server import GenerateServer
 from infra.agents.loop import ModelEndpoint, run_episode
 from infra.environments import build_environment
-from infra.sandbox import check_isolation
 
 RELEASE = Path(__file__).parent / "fixtures" / "awm" / "release"
 OBS, EOS = "<|observation|>", "<|endoftext|>"
-
-
-@pytest.fixture(scope="module")
-def sandbox_ok() -> None:
-    if not check_isolation().ok:
-        if os.geteuid() != 0:
-            pytest.skip("sandbox isolation needs root: " + "; ".join(check_isolation().problems))
-        pytest.fail("sandbox isolation unavailable: " + "; ".join(check_isolation().problems))
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ from infra.agents.contract import EnvironmentFailure, Termination
 from infra.agents.envs.base import load_environment
 from infra.agents.local_server import GenerateServer
 from infra.agents.loop import ModelEndpoint, run_episode
-from infra.sandbox import check_isolation
 
 RELEASE = Path(__file__).parent / "fixtures" / "awm" / "release"
 OBS, EOS = "<|observation|>", "<|endoftext|>"
@@ -45,14 +43,6 @@ def whoami():
     import os
     return {"uid": os.getuid(), "sees_host": os.path.exists(HOST_FILE), "cwd": os.getcwd()}
 """.replace("HOST_FILE", repr(str(RELEASE / "gen_tasks.jsonl")))
-
-
-@pytest.fixture(scope="module")
-def sandbox_ok() -> None:
-    if not check_isolation().ok:
-        if os.geteuid() != 0:
-            pytest.skip("sandbox isolation needs root: " + "; ".join(check_isolation().problems))
-        pytest.fail("sandbox isolation unavailable: " + "; ".join(check_isolation().problems))
 
 
 @pytest.fixture(scope="module")

@@ -182,3 +182,80 @@ def test_cli_rejects_unknown_benchmark(tmp_path):
         ["--benchmark", "mmlu=x.jsonl", "--corpus", str(_corpus(tmp_path)), "--out", str(tmp_path / "o")],
     )
     assert result.exit_code != 0 and "unknown benchmark" in result.output
+
+
+def test_vectorised_phrase_hashes_and_slicing_match_the_plain_definitions():
+    from data_prep.decontaminate import _phrase_hashes, phrase_hash, prepare
+
+    r = random.Random(3)
+    phrases = [b" " + bytes(r.randrange(256) for _ in range(r.randint(0, 200))) for _ in range(3000)]
+    hashes, spaces = _phrase_hashes(phrases, chunk=700)
+    assert hashes.tolist() == [phrase_hash(p[1:]) for p in phrases]
+    assert spaces.tolist() == [p.count(b" ") for p in phrases]
+    for seed in range(40):  # item_phrases slices the joined text; the definition joins word lists
+        text = _text(r.randint(1, 90), seed).replace("a", "Ä, ").replace("e", "\n\t")
+        words = prepare(text).split()
+        for exhaustive in (False, True):
+            want = [b" " + b" ".join(words[s : s + 8]) + b" " for s in range(len(words) - 7)]
+            if not exhaustive and len(want) > 20:
+                picks = sorted({round(i * (len(want) - 1) / 19) for i in range(20)})
+                want = [want[i] for i in picks]
+            if len(words) < 8:
+                want = [b" " + b" ".join(words) + b" "] if len(words) >= 5 else []
+            assert item_phrases(text, exhaustive) == list(dict.fromkeys(want))
+
+
+def test_ascii_encoder_shortcut_writes_what_json_dumps_writes():
+    from data_prep.decontam_pipeline import _dumps_kept
+
+    for c in range(127):  # DEL (127) is escaped in ASCII mode only, so the shortcut excludes it
+        row = {"id": 1, "s": f"a{chr(c)}b", "n": [1.5, None, True]}
+        raw = json.dumps(row, ensure_ascii=False).encode()
+        assert _dumps_kept(json.loads(raw), raw) == json.dumps(row, ensure_ascii=False)
+    for row in ({"s": "a\x7fb"}, {"s": "caf\u00e9 \x7f \ud7ff"}, {"s": "\U0001f389"}):
+        for raw in (json.dumps(row).encode(), json.dumps(row, ensure_ascii=False).encode()):
+            assert _dumps_kept(json.loads(raw), raw) == json.dumps(row, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 37, 4096, 1 << 20])
+def test_chunked_file_screen_matches_row_by_row_screen(tmp_path, monkeypatch, chunk_bytes):
+    """decontaminate_file (chunks, a worker pool) writes exactly what read_jsonl + screen_rows give."""
+    from data_prep import decontam_pipeline as dp
+    from data_prep.io import JsonlWriter, MalformedCounter, read_jsonl
+
+    lines = [b"\xef\xbb\xbf" + json.dumps({"id": "bom", "prompt": ITEMS[1].text}).encode()]
+    for i in range(80):
+        text = ITEMS[i % 30].text if i % 5 == 0 else _text(60, 500 + i)
+        row = {"id": i, "messages": [{"role": "user", "content": text.upper() + " caf\u00e9 \x7f"}]}
+        lines.append(json.dumps(row, ensure_ascii=i % 2 == 0).encode() + (b"\r" if i % 9 == 0 else b""))
+    lines += [b"", b"  ", b"{oops", b'{"id": "u", "prompt": "bad \\ud800"}', b"\xff\xfe", b"[1]"]
+    lines += [b'{"id": "", "prompt": "x"}', b'{"id": "t"}', b'{"id": "cut", "prompt": "unterminated']
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b"\n".join(lines))  # the last line has no newline
+    loaded = [("ifeval", ITEMS, False)]
+    index = build_index(loaded)
+    ref_report, ref_bad = dp.new_report(index, loaded), MalformedCounter()
+    with JsonlWriter(tmp_path / "ref_kept.jsonl") as kept, JsonlWriter(tmp_path / "ref_rm.jsonl") as rm:
+        for row, match in dp.screen_rows(read_jsonl(corpus, ref_bad), index, ref_report, ref_bad):
+            if match is None:
+                kept.write(row)
+            else:
+                info = {"benchmark": match.benchmark, "item_id": match.item_id}
+                rm.write({**row, "decontam": {**info, "phrase_hits": match.hits, "phrases": match.phrases}})
+    monkeypatch.setattr(dp, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(dp, "load_benchmarks", lambda *a, **k: loaded)
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        report, bad, _ = dp.decontaminate_file(corpus, {"ifeval": "unused"}, out, workers=workers)
+        assert (out / "kept.jsonl").read_bytes() == (tmp_path / "ref_kept.jsonl").read_bytes()
+        assert (out / "removed.jsonl").read_bytes() == (tmp_path / "ref_rm.jsonl").read_bytes()
+        assert report.as_dict() == ref_report.as_dict() and bad.as_dict() == ref_bad.as_dict()
+    assert ref_report.removed_ids[:2] == ["bom", "0"] and len(ref_report.removed_ids) == 17
+    assert ref_bad.counts == {
+        "invalid_json": 2,
+        "invalid_unicode": 1,
+        "not_utf8": 1,
+        "not_an_object": 1,
+        "missing_id": 1,
+        "no_text": 1,
+    }

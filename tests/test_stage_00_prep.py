@@ -86,7 +86,7 @@ def test_rows_validate_with_assistant_only_loss(prepared):
         assert validate_sample(row) == [], row.id
         assert all(m.role == "assistant" for m in row.messages if m.loss == 1), row.id
         assert row.messages[-1].role == "assistant" and row.messages[-1].loss == 1
-        assert 0 < row.num_tokens <= 480
+        assert 0 < row.num_tokens <= 1280  # the embedded length cap (AWM trajectories run to ~900)
     conv = {r.id.rsplit("#", 1)[0] for r in train}
     assert not conv & {r.id.rsplit("#", 1)[0] for r in held}  # the held-out slice is whole conversations
     assert not (out / "sft.jsonl").exists()
@@ -96,6 +96,10 @@ def test_rows_validate_with_assistant_only_loss(prepared):
     }
     by_source = {r.source for r in train}
     assert {"sharegpt_math", "openai_science", "prompt_response_if", "openai_calculator"} <= by_source
+    awm = [r for r in train + held if r.source == "openai_awm_agent"]
+    assert awm and all(r.category == "General Agent" and len(r.tools or []) == 5 for r in awm)
+    calls = [m.tool_calls[0].name for r in awm for m in r.messages if m.tool_calls]
+    assert calls and all(c.split("_", 1)[0] in {"list", "get", "create", "update", "delete"} for c in calls)
 
 
 def test_tool_turns_split_and_masked(prepared, tok_dir):
@@ -164,8 +168,8 @@ def test_mixture_report_and_manifest(prepared):
     assert {r["category"] for r in manifest["mixture"]} == set(CATEGORIES)
     assert manifest["outputs"]["train.jsonl"]["sha256"] == sha256_file(out / "train.jsonl")
     assert set(manifest["outputs"]) >= {"heldout_sft.jsonl", "heldout/sft_format.jsonl", "mixture.md"}
-    assert len(manifest["stage"]["data_prep_sha256"]) == 64 and len(manifest["sources"]) == 9
-    assert all(s["license"].startswith("generated") for s in manifest["sources"][:8])
+    assert len(manifest["stage"]["data_prep_sha256"]) == 64 and len(manifest["sources"]) == 10
+    assert all(s["license"].startswith("generated") for s in manifest["sources"][:9])
 
 
 def test_production_specs_pins_and_refusals(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,9 @@ from infra.agents.awm.schemas import compact_schema
 from infra.agents.awm.selfcheck import load_gold, replay, self_check
 from infra.agents.awm.server import AwmServerPool
 from infra.prep import PrepContext
-from infra.sandbox import check_isolation
 from rewards import RewardRequest, get_reward
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def sandbox_ok() -> None:
-    if not check_isolation().ok:
-        if os.geteuid() != 0:
-            pytest.skip("sandbox isolation needs root: " + "; ".join(check_isolation().problems))
-        pytest.fail("sandbox isolation unavailable: " + "; ".join(check_isolation().problems))
 
 
 @pytest.fixture(scope="module")
