@@ -9,9 +9,17 @@ counts); algorithms, rewards, filters and shaping are the production ones, which
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from infra.production.config import ProductionConfig
 
@@ -77,6 +85,8 @@ class SFTConfig(StrictModel):
 class RolloutConfig(StrictModel):
     """Sizes of one RL rollout step (slime: rollout batch, n samples, steps per rollout)."""
 
+    _ADDED_LATER: ClassVar[tuple[str, ...]] = ("max_sampling_attempts",)
+
     prompts_per_step: int = Field(description="Prompts per rollout (slime --rollout-batch-size).")
     samples_per_prompt: int = Field(description="Samples per prompt (group size).")
     steps_per_rollout: int = Field(default=1, ge=1, description="Optimizer steps per rollout.")
@@ -93,6 +103,15 @@ class RolloutConfig(StrictModel):
         ge=1,
         description="Embedded: draws per step before training on fewer groups (slime draws until full).",
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_later_defaults(self, handler: Any) -> dict[str, Any]:
+        """Fields added after runs existed are written only when set, so older configs keep their hash."""
+        data = handler(self)
+        for name in self._ADDED_LATER:
+            if name in data and data[name] == type(self).model_fields[name].default:
+                del data[name]
+        return data
 
     @model_validator(mode="after")
     def _batch_divides(self) -> RolloutConfig:

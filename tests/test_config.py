@@ -352,3 +352,18 @@ def test_data_files_and_base_folder_named_by_a_recipe_resolve_beside_it(tmp_path
     body["base"] = {"model": "./no-such-ckpt"}
     with pytest.raises(ConfigError, match=r"base\.model: folder './no-such-ckpt' not found \(looked in"):
         load_recipe(_recipe(tmp_path, body))
+
+
+def test_a_field_added_later_is_written_only_when_set_so_older_runs_keep_their_hash():
+    from infra.config import RolloutConfig
+
+    base = {"prompts_per_step": 2, "samples_per_prompt": 2, "max_response_tokens": 8, "num_rollouts": 1}
+    default = RolloutConfig.model_validate(base)
+    assert "max_sampling_attempts" not in default.model_dump() and default.max_sampling_attempts == 8
+    assert (
+        RolloutConfig.model_validate({**base, "max_sampling_attempts": 2}).model_dump()[
+            "max_sampling_attempts"
+        ]
+        == 2
+    )
+    assert RolloutConfig.model_validate(default.model_dump()) == default
