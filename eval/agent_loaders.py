@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from eval.loaders import LOADERS, BadRecord, EvalItem, Record
+from eval.records import BadRecord, EvalItem, Record
 
 #: Reward components of Tau2-Bench's ``reward_basis`` and its default (the original tau-bench's).
 TAU2_REWARD_TYPES = ("DB", "ENV_ASSERTION", "NL_ASSERTION", "ACTION", "COMMUNICATE")
@@ -200,4 +200,3 @@ AGENT_LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "mcp_atlas": mcp_atlas,
     "tau2_retail": tau2("retail"),
 }
-LOADERS.update(AGENT_LOADERS)

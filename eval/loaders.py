@@ -17,38 +17,14 @@ import pickle
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.agent_loaders import AGENT_LOADERS
+from eval.records import BadRecord, EvalItem, LoadResult, Record
 from eval.registry import get_benchmark
 
-Record = dict[str, Any]
 _WS = re.compile(r"\s*")
-
-
-@dataclass
-class EvalItem:
-    """One benchmark prompt: messages to send, what the scorer needs, and where it came from."""
-
-    id: str
-    messages: list[dict[str, str]]
-    reference: dict[str, Any]
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class LoadResult:
-    """Items of a benchmark file plus how many records were dropped and why (first few reasons)."""
-
-    benchmark: str
-    items: list[EvalItem]
-    dropped: int = 0
-    reasons: list[str] = field(default_factory=list)
-
-
-class BadRecord(ValueError):
-    """A record that does not follow the benchmark's format (dropped and counted)."""
 
 
 def _json_list(path: Path) -> Iterator[tuple[int, Any]]:
@@ -301,11 +277,8 @@ LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "gpqa": _gpqa,
     "aime": _aime,
     "livecodebench": _livecodebench,
+    **AGENT_LOADERS,  # MCP-Atlas, Tau2 (eval.agent_loaders)
 }
-
-# The agentic benchmarks' parsers live in their own module, which adds them to LOADERS when imported (it
-# imports EvalItem and BadRecord from here, so the import sits below them and works from either side).
-import eval.agent_loaders  # noqa: E402, F401
 
 
 def load(benchmark: str, paths: Path | list[Path], *, date_from: str = "", date_to: str = "") -> LoadResult:

@@ -12,7 +12,7 @@ from data_prep.tiny_tasks.rl_prep import reference_self_check
 
 
 @pytest.mark.parametrize("family", list(tt.GENERATORS))
-def test_deterministic_and_reference_passes(family):
+def test_deterministic_and_reference_passes(family, request):
     a, b = tt.generate(family, 24, 7), tt.generate(family, 24, 7)
     assert [t.prompt_row().model_dump() for t in a] == [t.prompt_row().model_dump() for t in b]
     assert (
@@ -21,6 +21,14 @@ def test_deterministic_and_reference_passes(family):
     )
     if family == "code":
         assert all(run_reference(t) for t in a)
+    elif family == tt.awm.FAMILY:  # an agent task's reference is its gold actions, replayed in the sandbox
+        request.getfixturevalue("sandbox_ok")
+        from data_prep.agent_filters import GoldReplayRunner
+        from infra.agents.slime_generate import task_from_parts
+
+        tasks = [task_from_parts(t.prompt, t.label, t.metadata, t.id) for t in a]
+        results = GoldReplayRunner(tt.awm.tiny_release())(tasks, 1)
+        assert all(r[0].score == 1.0 and not r[0].aborted for r in results)
     else:
         kept, failures = reference_self_check(a)
         assert len(kept) == len(a), failures
