@@ -133,8 +133,9 @@ def _call(tool: str, **args: object) -> str:
     return f"<tool_call>{tool}{body}</tool_call>"
 
 
-def test_episode_calls_tools_by_name_and_is_scored_by_the_verifier(sandbox_ok) -> None:
-    env = AwmEnv(str(RELEASE), workers=1, max_iterations=8)
+@pytest.mark.parametrize("transport", ["dispatch", "mcp"])
+def test_episode_calls_tools_by_name_and_is_scored_by_the_verifier(sandbox_ok, transport: str) -> None:
+    env = AwmEnv(str(RELEASE), workers=1, transport=transport, max_iterations=8)
     task = next(t for t in env.tasks(2, seed=0) if t.metadata["task_idx"] == 0)
     turns = [
         (_call("list_tracks", artist="Nova", limit=2), OBS),
@@ -152,3 +153,4 @@ def test_episode_calls_tools_by_name_and_is_scored_by_the_verifier(sandbox_ok) -
     for name in ("list_tracks", "create_playlist", "add_track_to_playlist"):
         assert name in first_prompt  # every tool schema is in the system prompt, by name
     assert "list_tools" not in first_prompt and "call_tool" not in first_prompt
+    assert "awm://" not in first_prompt  # MCP's database resource is not a tool

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from agents_scripted import ScriptedBackend, micro_tokenizer
 
 from data_prep.awm_generate import generate
 from infra.agents.awm.env import AwmEnv
@@ -16,10 +15,8 @@ from infra.agents.awm.mcp_client import McpScenarioServer
 from infra.agents.awm.release import load_release
 from infra.agents.awm.selfcheck import load_gold
 from infra.agents.awm.server import AwmServerPool, VerifierRunner
-from infra.agents.contract import EnvironmentFailure, Termination
+from infra.agents.contract import EnvironmentFailure
 from infra.agents.envs.base import load_environment
-from infra.agents.local_server import GenerateServer
-from infra.agents.loop import ModelEndpoint, run_episode
 
 RELEASE = Path(__file__).parent / "fixtures" / "awm" / "release"
 OBS, EOS = "<|observation|>", "<|endoftext|>"
@@ -155,30 +152,3 @@ def test_env_transport_option_and_each_episode_gets_a_fresh_database(sandbox_ok,
         assert env.mcp.snapshot() != scenario.database()
         asyncio.run(env.cleanup())
         assert env.mcp is None and env.tools() == []
-
-
-def _call(tool: str, **args: object) -> str:
-    body = "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in args.items())
-    return f"<tool_call>{tool}{body}</tool_call>"
-
-
-def test_episode_over_mcp_calls_tools_by_name_and_is_scored_by_the_verifier(sandbox_ok) -> None:
-    env = AwmEnv(str(RELEASE), workers=1, transport="mcp", max_iterations=8)
-    task = next(t for t in env.tasks(2, seed=0) if t.metadata["task_idx"] == 0)
-    turns = [
-        (_call("list_tracks", artist="Nova", limit=2), OBS),
-        (_call("create_playlist", name="Nova Best"), OBS),
-        (_call("add_track_to_playlist", playlist_id=1, track_id=2), OBS),
-        (_call("add_track_to_playlist", playlist_id=1, track_id=3), OBS),
-        ("Done: the playlist has Night Drive and Glass.", EOS),
-    ]
-    tok = micro_tokenizer()
-    with GenerateServer(ScriptedBackend(tok, turns), tok, max_context_tokens=4096) as server:
-        result = asyncio.run(run_episode(env, task, ModelEndpoint(server.url, tok, retry_delay=0.01)))
-        first_prompt = tok.decode(server.requests[0]["input_ids"])
-    assert result.termination is Termination.FINAL_ANSWER and result.reward == 1.0, result.error
-    assert result.metrics["tools_executed"] == 4 and result.metrics["tool_errors"] == 0
-    for name in ("list_tracks", "create_playlist", "add_track_to_playlist"):
-        assert name in first_prompt
-    assert "list_tools" not in first_prompt and "call_tool" not in first_prompt
-    assert "awm://" not in first_prompt  # the database resource is not a tool
