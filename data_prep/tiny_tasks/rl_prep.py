@@ -33,17 +33,21 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def prompt_text(row: PromptRow | dict) -> str:
-    """Return the concatenated text of a row's prompt messages, as the overlap and 8-gram screens read it.
+def screened_messages(messages: Any, metadata: dict | None) -> Any:
+    """Return the messages the held-out screens read: an agent task's system turn left out.
 
-    An agent row's system turn is its environment's description (an AWM scenario's app, shared by every
-    task of the scenario), not the task, so it is left out: the screens compare the requests.
+    That turn is its environment's description (an AWM scenario's app, shared by every task of the
+    scenario), not the task: kept, every task of a held-out task's scenario would match it.
     """
+    if (metadata or {}).get("environment") == "agent" and isinstance(messages, list):
+        return [m for m in messages if not (isinstance(m, dict) and m.get("role") == "system")]
+    return messages
+
+
+def prompt_text(row: PromptRow | dict) -> str:
+    """Return the concatenated text of a row's prompt messages, as the overlap and 8-gram screens read it."""
     data = row.model_dump() if isinstance(row, PromptRow) else row
-    prompt = data["prompt"]
-    if (data.get("metadata") or {}).get("environment") == "agent" and isinstance(prompt, list):
-        prompt = [m for m in prompt if not (isinstance(m, dict) and m.get("role") == "system")]
-    return row_text({"prompt": prompt}) or ""
+    return row_text({"prompt": screened_messages(data["prompt"], data.get("metadata"))}) or ""
 
 
 def load_rows(paths: Iterable[Path]) -> list[dict]:

@@ -25,6 +25,7 @@ from data_prep.io import atomic_write_text
 from data_prep.sources import SourceSpec, local_source
 from data_prep.tiny_tasks import TinyTask, awm, generate
 from data_prep.tiny_tasks.code import run_reference
+from data_prep.tiny_tasks.rl_prep import screened_messages
 
 # Table 3 category of each embedded family.
 FAMILY_CATEGORY = {
@@ -196,15 +197,10 @@ CATEGORY = {
 
 
 def screen_text(task: TinyTask) -> str:
-    """Return the text the held-out screen reads for ``task``: its SFT conversation, as the mix screen does.
-
-    An agent task's system turn is its environment's description (AWM: the scenario's app, the same for
-    every task of the scenario), not the task: it is left out, or every task of a held-out task's scenario
-    would match it.
-    """
+    """Return the text the held-out screen reads for ``task``: its SFT conversation, as the mix screen does
+    (an agent task's system turn left out: :func:`~data_prep.tiny_tasks.rl_prep.screened_messages`)."""
     sample = task.sft_sample().model_dump()
-    if task.metadata.get("environment") == "agent":
-        sample["messages"] = [m for m in sample["messages"] if m["role"] != "system"]
+    sample["messages"] = screened_messages(sample["messages"], task.metadata)
     return row_text(sample) or ""
 
 
