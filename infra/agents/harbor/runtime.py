@@ -299,6 +299,11 @@ class LocalRuntime:
                                 ("/dev/shm", "1777", self.tmp_mb),
                                 ("/logs", "0755", 16), (inside.IO, "0700", io_mb)):  # fmt: skip
             argv += ["--perms", perms, "--size", str(mb << 20), "--tmpfs", path]
+        # an interpreter or venv living under /tmp (a clone there) was bound above and is now hidden by the
+        # fresh /tmp: bind it again, read-only
+        for root in sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)}):
+            if root == "/tmp" or root.startswith("/tmp/"):
+                argv += ["--ro-bind", root, root]
         argv += [
             "--perms",
             "0755",
