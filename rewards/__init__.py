@@ -23,6 +23,7 @@ for _name, _module in {
     "code": "rewards.code_reward",
     "if_rubrics": "rewards.instruction_following",
     "awm_verifier": "infra.agents.awm.reward",  # needs the episode's database: the awm environment scores
+    "harbor_tests": "infra.agents.harbor.reward",  # replays execute_command calls, then the task's tests
 }.items():
     declare_provider(_name, _module)
 

@@ -24,6 +24,7 @@ from rewards.contract import RewardRequest, RewardResult
 ENVIRONMENTS: dict[str, str] = {
     "calculator": "infra.agents.envs.calculator:CalculatorEnv",
     "awm": "infra.agents.awm.env:AwmEnv",
+    "harbor": "infra.agents.harbor.env:HarborEnv",
     "awm_tiny": "data_prep.tiny_tasks.awm_env:TinyAwmEnv",  # the embedded scale's generated release
 }
 #: Environments registered at run time (a stage folder's ``env.py``), by short name.
