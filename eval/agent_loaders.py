@@ -1,4 +1,5 @@
-"""Row parsers of the agentic benchmarks' public formats (MCP-Atlas, Tau2-Bench) for ``eval.loaders``.
+"""Row parsers of the agentic benchmarks' public formats (MCP-Atlas, Tau2-Bench, SWE-bench Verified,
+Terminal-Bench 2.1) for ``eval.loaders``.
 
 Each parser turns one record into an :class:`eval.loaders.EvalItem`; ``eval.loaders.load`` reads the files
 and drops and counts what a parser rejects (:class:`eval.loaders.BadRecord`), naming file and line.
@@ -16,13 +17,22 @@ needs only the field shapes.
   nl_assertions, reward_basis}``. The agent sees no task text: the harness's user simulator opens the
   conversation from ``meta["user_scenario"]``, so ``messages`` is empty (a task's pre-filled
   ``message_history`` stays in ``meta["initial_state"]``, where the harness replays it).
+* SWE-bench Verified (HF ``princeton-nlp/SWE-bench_Verified``, ``data/test-*.parquet``): ``instance_id``,
+  ``repo``, ``base_commit``, ``problem_statement`` (the agent's task), ``test_patch``, ``FAIL_TO_PASS`` and
+  ``PASS_TO_PASS`` (JSON lists stored as strings), ``version``, ``environment_setup_commit``; the gold
+  ``patch`` is not kept (the scorer runs tests, it never compares patches).
+* Terminal-Bench 2.1 (Harbor task folders: ``instruction.md``, ``task.toml``, ``environment/``,
+  ``tests/test.sh``): a directory is read one task folder per record (:func:`task_dir_records`), parsed by
+  the Harbor task loader (``infra.agents.harbor.task``); a folder that does not load is dropped, its error
+  naming the folder, file and key.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from eval.records import BadRecord, EvalItem, Record
@@ -195,8 +205,87 @@ def tau2(domain: str) -> Callable[[Record], EvalItem]:
     return parse
 
 
+def _test_ids(row: Record, key: str) -> list[str]:
+    """A SWE-bench test list: a JSON list stored as a string (the release's form) or a list."""
+    raw = row.get(key)
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BadRecord(f"{key!r} is not a JSON list ({exc.msg})") from exc
+    if hasattr(raw, "tolist"):
+        raw = raw.tolist()
+    if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
+        raise BadRecord(f"{key!r} is not a list of test names")
+    return raw
+
+
+def swe_bench_verified(row: Record) -> EvalItem:
+    """SWE-bench Verified row -> the issue as the user turn; reference = what the test harness needs."""
+    iid = _text(row, "instance_id")
+    statement = _text(row, "problem_statement")
+    f2p = _test_ids(row, "FAIL_TO_PASS")
+    if not f2p:
+        raise BadRecord("FAIL_TO_PASS is empty")
+    return EvalItem(
+        id=iid,
+        messages=[{"role": "user", "content": statement}],
+        reference={
+            "FAIL_TO_PASS": f2p,
+            "PASS_TO_PASS": _test_ids(row, "PASS_TO_PASS"),
+            "test_patch": _text(row, "test_patch"),
+        },
+        meta={
+            "repo": _text(row, "repo"),
+            "base_commit": _text(row, "base_commit"),
+            "version": str(row.get("version") or ""),
+            "environment_setup_commit": str(row.get("environment_setup_commit") or ""),
+        },
+    )
+
+
+def task_dir_records(root: Path) -> Iterator[tuple[int, Record]]:
+    """Yield ``(n, {"task_dir": ...})`` for each task folder directly under ``root`` (sorted, 1-based)."""
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for n, task_dir in enumerate(dirs, 1):
+        yield n, {"task_dir": str(task_dir)}
+
+
+def terminal_bench(row: Record) -> EvalItem:
+    """A Terminal-Bench 2.x task folder -> its instruction; reference = how the verifier runs and scores."""
+    from infra.agents.harbor.task import TaskFormatError, load_task, structural_problems
+
+    try:
+        task = load_task(_text(row, "task_dir"))
+    except TaskFormatError as exc:
+        raise BadRecord(str(exc)) from exc
+    problems = structural_problems(task)
+    if problems:
+        raise BadRecord(f"{task.task_dir}: {'; '.join(problems)}")
+    env = task.environment
+    return EvalItem(
+        id=task.name,
+        messages=[{"role": "user", "content": str(task.instruction)}],
+        reference={
+            "test_command": task.test_command,
+            "reward_source": task.reward_source,
+            "verifier_timeout_sec": task.verifier_timeout_sec,
+        },
+        meta={
+            "task_dir": str(task.task_dir),
+            "docker_image": env.docker_image,
+            "base_image": env.base_image,
+            "agent_timeout_sec": task.agent_timeout_sec,
+            "resources": {"cpus": env.cpus, "memory_mb": env.memory_mb, "storage_mb": env.storage_mb},
+            **{k: task.metadata[k] for k in ("difficulty", "category") if k in task.metadata},
+        },
+    )
+
+
 #: Row parser of each agentic loader name used in ``eval.registry`` (added to ``eval.loaders.LOADERS``).
 AGENT_LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "mcp_atlas": mcp_atlas,
     "tau2_retail": tau2("retail"),
+    "swe_bench_verified": swe_bench_verified,
+    "terminal_bench_2_1": terminal_bench,
 }

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from eval.agent_loaders import AGENT_LOADERS
+from eval.agent_loaders import AGENT_LOADERS, task_dir_records
 from eval.records import BadRecord, EvalItem, LoadResult, Record
 from eval.registry import get_benchmark
 
@@ -56,8 +56,12 @@ def read_records(path: Path) -> Iterator[tuple[int, Record | BadRecord]]:
     """Yield (line, record) of a .jsonl/.json/.csv file or (row, record) of a .parquet; bad ones as BadRecord.
 
     The number is the line a record starts on in the text formats (a .json file holds one list), the
-    1-based row in a .parquet file.
+    1-based row in a .parquet file. A directory is a benchmark released as task folders (Terminal-Bench
+    2.x): one record per folder, numbered in sorted order (``eval.agent_loaders.task_dir_records``).
     """
+    if path.is_dir():
+        yield from task_dir_records(path)
+        return
     if not path.is_file():
         raise FileNotFoundError(f"benchmark file not found: {path}")
     suffix = path.suffix.lower()
@@ -277,7 +281,7 @@ LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "gpqa": _gpqa,
     "aime": _aime,
     "livecodebench": _livecodebench,
-    **AGENT_LOADERS,  # MCP-Atlas, Tau2 (eval.agent_loaders)
+    **AGENT_LOADERS,  # MCP-Atlas, Tau2, SWE-bench Verified, Terminal-Bench 2.1 (eval.agent_loaders)
 }
 
 

@@ -1,4 +1,4 @@
-"""Every number of recipe-facts §00–§03 (RA Table 16 and §3.1–§3.4) is pinned in the stage configs.
+"""Every number of recipe-facts §00–§05 (RA Table 16 and §3.1–§3.6) is pinned in the stage configs.
 
 These read the production profile of each launch.yaml: the embedded profile only resizes, and
 test_config checks that it keeps the algorithm.
@@ -126,7 +126,27 @@ def test_04_general_agent_table16_and_section_3_5():
     assert res["MCP-Atlas"] == (34.95, 42.75, False) and res["Tau2-Retail"] == (74.0, 83.8, False)
 
 
-STAGE_IDS = ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl", "04_general_agent"]
+def test_05_coding_agent_table16_and_section_3_6():
+    s = _stage("05_coding_agent").config
+    r, p = s.rl.rollout, s.rl.policy
+    assert s.optimizer.lr == 1e-6 and s.production.nodes == 16 and s.production.rollout_routing_replay
+    assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (32, 32, 1)
+    assert r.max_context_tokens == 61440  # Table 16: 60K
+    assert p.estimator == "grpo" and p.kl_coef == 0.0 and p.entropy_coef == 0.0
+    assert s.rl.dynamic_sampling.filter == "nonzero_std" and r.over_sampling_factor > 1  # DAPO with refill
+    assert s.reward == "harbor_tests" and s.rl.environment.name == "agent"
+    assert s.rl.environment.options["env"].startswith("harbor:tasks=/mnt/rufus/data/05_coding_agent/tasks,")
+    assert s.rl.environment.options["ray_actors"] > 0  # episodes in Ray environment actors
+    assert [src["name"] for src in s.data["sources"]] == ["endless_terminal", "seta_env", "scale_swe"]
+    assert s.data["filter_samples"] > 0 and "teacher" not in s.data  # learnability on the policy alone
+    assert s.eval.benchmarks.targets == ["swe_bench_verified", "terminal_bench_2_1"]
+    res = _results(_stage("05_coding_agent"))
+    assert res["SWE-bench Verified"] == (65.6, 67.8, False)
+    assert res["Terminal-Bench 2.1"] == (38.76, 40.17, False)
+    assert {k for k, v in res.items() if v[2]} == {"AIME 26", "IFEval", "LiveCodeBench"}
+
+
+STAGE_IDS = ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl", "04_general_agent", "05_coding_agent"]
 
 
 @pytest.mark.parametrize("name", STAGE_IDS)

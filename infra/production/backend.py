@@ -14,7 +14,13 @@ from pathlib import Path
 
 from infra.backends import StageJob, TrainResult
 from infra.production.cluster import ClusterProfile
-from infra.production.plan import cluster_stage_files, commands_sh, execute_plan, render_stage
+from infra.production.plan import (
+    cluster_stage_files,
+    commands_sh,
+    execute_plan,
+    render_stage,
+    stage_setup_steps,
+)
 from infra.production.validate import validate_plan
 from infra.recipe import BaseModelSpec
 
@@ -41,6 +47,7 @@ class ProductionBackend:
             job.run_name or "rufus-air",
             job.seed,
             cluster_stage_files(job.stage, self.cluster),
+            setup=stage_setup_steps(job.stage, self.cluster),
         )
         problems = validate_plan([plan])
         launch = job.stage_dir / "launch"

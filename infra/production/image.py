@@ -65,7 +65,7 @@ IMPORT_DISTRIBUTIONS: dict[str, str] = {
     "sentence_transformers": "sentence-transformers",
 }
 #: Scripts the sandbox binds side by side (``/opt/rufus-sandbox``), imported there by their bare name.
-SANDBOX_SCRIPTS: dict[str, str] = {"harness": "infra/sandbox/harness.py"}
+SANDBOX_SCRIPTS: dict[str, str] = {"harness": "infra/sandbox/harness.py", "wire": "infra/sandbox/wire.py"}
 #: Modules imported directly but installed as a dependency of a declared distribution (module → it).
 VIA_DEPENDENCY: dict[str, str] = {"pyarrow": "datasets"}
 #: The agent loop's modules (the ``agent`` environment, its slime generate path and Ray actors).

@@ -102,14 +102,16 @@ def render_stage(
     seed: int,
     stage_files: tuple[str, ...] = (),
     first: bool | None = None,
+    setup: list[Step] | None = None,
 ) -> StagePlan:
     """Render one stage: preflight, data/FP8 preparation, one train job per phase, export and verification.
 
-    ``first``: the input is the recipe's base checkpoint (see :func:`preflight_command`).
+    ``first``: the input is the recipe's base checkpoint (see :func:`preflight_command`); ``setup``: the
+    stage's own steps before training (:func:`stage_setup_steps`).
     """
     prod = config.production
     preflight = preflight_command(stage_id, init_hf, cluster, stage_files, first)
-    steps: list[Step] = [Step("preflight", preflight)]
+    steps: list[Step] = [Step("preflight", preflight), *(setup or [])]
     selecting = config.kind == "sft" and config.sft.select_by == "heldout_plateau"
     if config.kind == "sft":
         data = cluster.stage_data(stage_id)
@@ -243,6 +245,14 @@ def cluster_stage_files(stage: Any, cluster: ClusterProfile) -> tuple[str, ...]:
     return tuple(out)
 
 
+def stage_setup_steps(stage: Any, cluster: ClusterProfile) -> list[Step]:
+    """Steps a stage's ``data_prep.py`` runs before training (``production_steps(stage_id, config, cluster)``
+    returning ``(name, argv, where)``), e.g. stage 05's sandbox template build; [] when it defines none."""
+    hook = getattr(stage.module("data_prep"), "production_steps", None)
+    steps = hook(stage.id, stage.config, cluster) if hook else []
+    return [Step(name, list(argv), where) for name, argv, where in steps]
+
+
 def check_base_model(loaded: LoadedRecipe) -> None:
     """Raise :class:`ConfigError` unless the recipe's base is GLM-4.5-Air (the flags assume it)."""
     model = loaded.recipe.base.model
@@ -262,7 +272,8 @@ def render_plan(loaded: LoadedRecipe, cluster: ClusterProfile | None = None) -> 
     for i, st in enumerate(loaded.stages):
         r = loaded.recipe
         files = cluster_stage_files(st, cluster)
-        plans.append(render_stage(st.id, st.config, init, cluster, r.name, r.seed, files, first=i == 0))
+        setup = stage_setup_steps(st, cluster)
+        plans.append(render_stage(st.id, st.config, init, cluster, r.name, r.seed, files, i == 0, setup))
         init = plans[-1].export_hf
     return plans
 
