@@ -389,12 +389,15 @@ def write_task(task_dir: Path, task: TinyTask, seed: int, index: int) -> None:
             path.chmod(0o755)
 
 
-def generate(out: Path, seed: int = 0, n: int = 32) -> list[str]:
+def generate(
+    out: Path, seed: int = 0, n: int = 32, make: Callable[[int, int], TinyTask] = make_task
+) -> list[str]:
     """Write ``n`` tasks under ``out`` and reload each through the Harbor loader; return their names.
 
     ``out`` must be new, empty or hold only these tasks (a rerun), so no stale task from another run mixes in.
+    ``make(seed, index)`` builds each task (another task set, e.g. ``data_prep.tiny_tasks.harbor_specs``).
     """
-    tasks = [make_task(seed, index) for index in range(n)]
+    tasks = [make(seed, index) for index in range(n)]
     names = [f"{task.kind}-{task.variant}-{index:04d}" for index, task in enumerate(tasks)]
     stale = sorted(p.name for p in out.iterdir() if p.name not in names) if out.is_dir() else []
     if stale:

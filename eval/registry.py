@@ -39,8 +39,8 @@ EMBEDDED_METRICS: dict[str, str] = {
         "score, Fig. 6b; stands for MCP-Atlas / Tau2-Retail)."
     ),
     "terminal_task_success": (
-        "Share of held-out Harbor-format terminal tasks whose tests pass (stands for Terminal-Bench 2.1 / "
-        "SWE-bench Verified; stage 05's embedded task family is not built yet)."
+        "Share of held-out Harbor-format terminal tasks whose tests pass (the tiny terminal_agent family; "
+        "stands for Terminal-Bench 2.1 / SWE-bench Verified)."
     ),
 }
 

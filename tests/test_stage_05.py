@@ -232,13 +232,22 @@ def test_production_prep_writes_rows_templates_and_manifest(tmp_path: Path) -> N
         )
 
 
-def test_embedded_profile_is_refused_until_the_embedded_scale_exists(tmp_path: Path) -> None:
-    stage = resolve_stage(STAGE, "embedded", sets={"data.heldout_per_metric": 2})
-    with pytest.raises(ConfigError, match="embedded scale of this stage is not built yet"):
-        stage.module("data_prep").prepare(
-            PrepContext(stage=stage, out_dir=tmp_path, seed=0, profile="embedded")
-        )
-    assert not list(tmp_path.iterdir())  # refused before the held-out sets are written
+def test_embedded_data_prep_writes_tiny_harbor_rows_and_counts_every_step(tmp_path: Path, sandbox_ok) -> None:
+    from data_prep.tiny_tasks import harbor as tiny
+
+    stage = resolve_stage(STAGE, "embedded", sets={"data.heldout_per_metric": 4, "data.train_tasks": 40})
+    summary = stage.module("data_prep").prepare(
+        PrepContext(stage=stage, out_dir=tmp_path, seed=0, profile="embedded")
+    )
+    rows = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert summary["train"] == len(rows) == 40 and summary["families"] == {tiny.FAMILY: 40}
+    assert {r["metadata"]["environment_options"]["env"] for r in rows} == {tiny.ENV}
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    steps = {s["step"]: s for s in manifest["steps"]}
+    assert list(steps) == ["generated", "heldout_overlap", "decontamination", "learnability"]
+    assert steps["learnability"]["skipped"] is True
+    held = (tmp_path / "heldout" / f"{tiny.METRIC}.jsonl").read_text().splitlines()
+    assert not {json.loads(x)["id"] for x in held} & {r["id"] for r in rows}
 
 
 def test_plan_bakes_templates_before_training() -> None:

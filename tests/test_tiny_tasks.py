@@ -29,6 +29,9 @@ def test_deterministic_and_reference_passes(family, request):
         tasks = [task_from_parts(t.prompt, t.label, t.metadata, t.id) for t in a]
         results = GoldReplayRunner(tt.awm.tiny_release())(tasks, 1)
         assert all(r[0].score == 1.0 and not r[0].aborted for r in results)
+    elif family == tt.harbor.FAMILY:  # its reference commands, run in the sandbox, must pass the task's tests
+        request.getfixturevalue("sandbox_ok")
+        assert len(tt.harbor.gold_conversations(a)) == len(a)
     else:
         kept, failures = reference_self_check(a)
         assert len(kept) == len(a), failures

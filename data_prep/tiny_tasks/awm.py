@@ -18,16 +18,14 @@ replays the generator's gold actions through the sandboxed servers and returns t
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from data_prep.tiny_tasks.common import TinyTask, check_split, rng_for
+from data_prep.tiny_tasks.common import TinyTask, agent_tiny_tasks, cache_root, check_split, code_key, rng_for
+from data_prep.tiny_tasks.common import is_repeat as is_repeat  # re-exported: the SFT sources use it
 
 FAMILY = "awm_agent"
 METRIC = "agent_task_success"
@@ -47,18 +45,10 @@ LIMITS = {
 DONE = "Done."
 
 
-def cache_root() -> Path:
-    """Return the generated-data cache (``$RUFUS_DATA_CACHE`` or ``~/.cache/rufus/data``)."""
-    return Path(os.environ.get("RUFUS_DATA_CACHE", Path.home() / ".cache" / "rufus" / "data"))
-
-
 def _code_key() -> str:
     from data_prep import awm_domains, awm_generate, awm_tasks
 
-    digest = hashlib.sha256()
-    for mod in (awm_domains, awm_generate, awm_tasks):
-        digest.update(Path(str(mod.__file__)).read_bytes())
-    return digest.hexdigest()[:12]
+    return code_key(awm_domains, awm_generate, awm_tasks)
 
 
 def tiny_release() -> Path:
@@ -70,7 +60,7 @@ def tiny_release() -> Path:
     from data_prep.awm_generate import generate
 
     seed = RELEASE_SEED
-    out = cache_root() / "awm_tiny" / f"seed{seed}-{_code_key()}"
+    out = cache_root() / "awm_tiny" / f"seed{seed}-t{TASKS_PER_SCENARIO}-{_code_key()}"
     if (out / "gold_actions.jsonl").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -105,40 +95,19 @@ def _pool(seed: int, split: str) -> list[tuple[str, int]]:
     return pool
 
 
-def is_repeat(task_id: str) -> bool:
-    """True for a task :func:`generate` repeated past the end of its pool (id suffix ``-rK``)."""
-    return re.search(r"-r\d+$", task_id) is not None
-
-
 def generate(n: int, seed: int, split: str = "train") -> list[TinyTask]:
     """Return ``n`` tasks of ``split`` (cycling with an ``-rK`` id suffix past the end of the pool)."""
     check_split(split)
     from data_prep.tiny_tasks.awm_env import TinyAwmEnv
     from infra.agents.awm.selfcheck import load_gold
-    from infra.environments.agent import AgentOptions, task_row
 
-    env = TinyAwmEnv()
-    gold = load_gold(tiny_release())
-    pool = _pool(seed, split)
-    out = []
-    for i in range(n):
-        name, idx = pool[i % len(pool)]
-        task = env.task_of(env.runtime.scenario(name), idx)
-        if i >= len(pool):
-            task = task.model_copy(update={"id": f"{task.id}-r{i // len(pool)}"})
-        meta = task_row(task, AgentOptions(env=ENV), reward="awm_verifier").metadata
-        answer = str(gold[(name, idx)].get("final_answer") or "") or DONE
-        out.append(
-            TinyTask(
-                id=task.id,
-                prompt=task.messages,
-                label=None,
-                metadata={**meta, "family": FAMILY, "source": "tiny_tasks", "category": "General Agent"},
-                reasoning="",
-                answer=answer,
-            )
-        )
-    return out
+    env, gold = TinyAwmEnv(), load_gold(tiny_release())
+    return agent_tiny_tasks(
+        n, _pool(seed, split),
+        lambda item: env.task_of(env.runtime.scenario(item[0]), item[1]),
+        lambda item: str(gold[item].get("final_answer") or "") or DONE,
+        env=ENV, reward="awm_verifier", family=FAMILY, category="General Agent",
+    )  # fmt: skip
 
 
 def _openai_tools(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:

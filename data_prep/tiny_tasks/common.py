@@ -9,8 +9,13 @@ prompt row (:meth:`TinyTask.prompt_row`), an SFT conversation (:meth:`TinyTask.s
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from data_prep.schema import Message, PromptRow, SFTSample
@@ -76,3 +81,52 @@ class TinyTask:
 def user(content: str) -> list[dict[str, Any]]:
     """Return a one-turn prompt."""
     return [{"role": "user", "content": content}]
+
+
+def is_repeat(task_id: str) -> bool:
+    """True for a task an agent family repeated past the end of its pool (id suffix ``-rK``)."""
+    return re.search(r"-r\d+$", task_id) is not None
+
+
+def agent_tiny_tasks(
+    n: int,
+    pool: list[Any],
+    task_of: Callable[[Any], Any],
+    answer_of: Callable[[Any], str],
+    *,
+    env: str,
+    reward: str,
+    family: str,
+    category: str,
+) -> list[TinyTask]:
+    """Return ``n`` rows of the ``agent`` environment ``env`` drawn from ``pool`` in order.
+
+    ``task_of(item)`` builds the environment's :class:`~infra.agents.contract.AgentTask` of a pool item and
+    ``answer_of(item)`` its reference final answer. Past the end of the pool the items cycle, with an
+    ``-rK`` id suffix (:func:`is_repeat`).
+    """
+    from infra.environments.agent import AgentOptions, task_row
+
+    options, out = AgentOptions(env=env), []
+    for i in range(n):
+        item = pool[i % len(pool)]
+        task = task_of(item)
+        if i >= len(pool):
+            task = task.model_copy(update={"id": f"{task.id}-r{i // len(pool)}"})
+        meta = task_row(task, options, reward=reward).metadata
+        meta = {**meta, "family": family, "source": "tiny_tasks", "category": category}
+        out.append(TinyTask(task.id, task.messages, None, meta, "", answer_of(item)))
+    return out
+
+
+def cache_root() -> Path:
+    """Return the generated-data cache (``$RUFUS_DATA_CACHE`` or ``~/.cache/rufus/data``)."""
+    return Path(os.environ.get("RUFUS_DATA_CACHE", Path.home() / ".cache" / "rufus" / "data"))
+
+
+def code_key(*modules: ModuleType) -> str:
+    """Return a short hash of ``modules``' source files: a generated-data cache key that changes with them."""
+    digest = hashlib.sha256()
+    for mod in modules:
+        digest.update(Path(str(mod.__file__)).read_bytes())
+    return digest.hexdigest()[:12]

@@ -3,8 +3,8 @@
 No hub exists at the embedded scale, so :func:`write_embedded_sources` writes one JSONL file per family in
 the formats the SFT builder converts (ShareGPT ``conversations`` with Hermes tool calls, OpenAI
 ``messages`` with structured tool calls/results and separate or inline reasoning, prompt/response with a
-``reasoning`` field), plus calculator and test-runner tool chats and AWM tool-task trajectories
-(:mod:`.awm`). Every file is sprinkled with malformed
+``reasoning`` field), plus calculator and test-runner tool chats, AWM tool-task trajectories
+(:mod:`.awm`) and Harbor terminal-task trajectories (:mod:`.harbor`). Every file is sprinkled with malformed
 rows (:data:`MALFORMED`) that the builder must drop and count, and tasks are screened against the
 held-out sets first (:func:`screened_tasks`) so each family keeps its size.
 """
@@ -23,7 +23,7 @@ from data_prep.decontam_pipeline import row_text
 from data_prep.decontaminate import PhraseIndex, scan_texts
 from data_prep.io import atomic_write_text
 from data_prep.sources import SourceSpec, local_source
-from data_prep.tiny_tasks import TinyTask, awm, generate
+from data_prep.tiny_tasks import TinyTask, awm, generate, harbor
 from data_prep.tiny_tasks.code import run_reference
 from data_prep.tiny_tasks.rl_prep import screened_messages
 
@@ -187,12 +187,14 @@ SOURCE_FILES: dict[str, tuple[str, str, Callable[[str, Any, int], dict]]] = {
     "calculator": ("openai_calculator", "openai", _calculator_row),
     "test_runner": ("sharegpt_test_runner", "sharegpt", _test_runner_row),
     "awm_agent": ("openai_awm_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
+    "terminal_agent": ("openai_terminal_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
 }
 CATEGORY = {
     **FAMILY_CATEGORY,
     "calculator": "General Agent",
     "test_runner": "Coding Agent",
     "awm_agent": "General Agent",
+    "terminal_agent": "Coding Agent",
 }
 
 
@@ -225,8 +227,8 @@ def write_embedded_sources(
     """Write the embedded source files and return their specs and what was written (for the manifest).
 
     ``params`` is the SFT stage's ``data`` section: ``families`` (count per family),
-    ``calculator_conversations``, ``test_runner_conversations``, ``awm_conversations``, ``oversample`` and
-    ``malformed_every``.
+    ``calculator_conversations``, ``test_runner_conversations``, ``awm_conversations``,
+    ``terminal_conversations``, ``oversample`` and ``malformed_every``.
     """
     screen: dict[str, dict[str, int]] = {}
 
@@ -242,9 +244,12 @@ def write_embedded_sources(
              for i in range(min(n_calc, len(calc)))]  # fmt: skip
     code_fn = pick("test_runner", "code", params.test_runner_conversations, alt, lambda t: "tests" in t.label)
     n_awm = getattr(params, "awm_conversations", 0)
-    unique = lambda t: not awm.is_repeat(t.id)  # noqa: E731 - the family cycles its pool past the end
+    unique = lambda t: not awm.is_repeat(t.id)  # noqa: E731 - the families cycle their pools past the end
     agent = pick("awm_agent", awm.FAMILY, n_awm, seed, unique) if n_awm else []
-    items = {**fam, "calculator": calls, "test_runner": code_fn, "awm_agent": awm.gold_conversations(agent)}
+    n_term = getattr(params, "terminal_conversations", 0)
+    term = pick("terminal_agent", harbor.FAMILY, n_term, seed, unique) if n_term else []
+    items = {**fam, "calculator": calls, "test_runner": code_fn, "awm_agent": awm.gold_conversations(agent),
+             "terminal_agent": harbor.gold_conversations(term)}  # fmt: skip
     specs, info, total = [], {}, {}
     for family, (name, fmt, build) in SOURCE_FILES.items():
         if not items.get(family):

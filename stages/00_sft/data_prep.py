@@ -81,6 +81,9 @@ class Params(BaseModel):
     calculator_conversations: int = Field(240, ge=0, description="Embedded General Agent tool chats.")
     test_runner_conversations: int = Field(160, ge=0, description="Embedded Coding Agent tool chats.")
     awm_conversations: int = Field(0, ge=0, description="Embedded General Agent AWM tool-task trajectories.")
+    terminal_conversations: int = Field(
+        0, ge=0, description="Embedded Coding Agent Harbor terminal-task trajectories."
+    )
     oversample: int = Field(12, ge=1, description="Embedded: generate up to this × n to survive screens.")
     malformed_every: int = Field(40, ge=2, description="Embedded: one malformed row per this many.")
     workers: int = Field(1, ge=1)

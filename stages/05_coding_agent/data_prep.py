@@ -14,8 +14,10 @@ keeps ~4K tasks. The kept tasks' sandbox templates go to ``templates.json``, whi
 Rows are the environment's own tasks (``HarborEnv.task_of``), so their ``metadata`` is what the environment
 and slime's generate hook read back. ``manifest.json`` also says how many kept tasks the local (bubblewrap)
 runtime can run (``runtime``): tasks that need their image run only on a sandbox backend that boots baked
-templates, which is not built yet. The embedded scale of this stage is not built yet either: the embedded
-profile refuses to prepare data.
+templates, which is not built yet. Embedded: the tiny Harbor task set of :mod:`data_prep.tiny_tasks.harbor`
+(generated offline; that each reference passes and doing nothing fails is checked by
+``tests/test_tiny_harbor.py``, and a task whose reference fails never becomes an SFT trajectory) → the
+held-out screens; learnability is left to DAPO's online nonzero-std filter (``filter_samples: 0``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from data_prep.io import atomic_write_text, sha256_file
 from data_prep.manifest import Manifest
 from data_prep.rl_stage import benchmark_items, prepare_prompts, screen_against_evals
 from data_prep.schema import PromptRow
+from data_prep.tiny_tasks.common import is_repeat
 from infra.agents.contract import AgentTask
 from infra.agents.harbor.task import HarborTask
 from infra.environments.agent import AgentOptions, task_row
@@ -47,9 +50,12 @@ class Params(BaseModel):
     """The ``data`` section of 05_coding_agent/launch.yaml."""
 
     model_config = ConfigDict(extra="forbid")
-    sources: list[HarborSource] = Field(description="Task sources (data_prep.harbor_sources.SOURCES names).")
+    sources: list[HarborSource] = Field(
+        default_factory=list, description="Task sources (data_prep.harbor_sources.SOURCES names)."
+    )
     tasks_dir: str = Field("tasks", description="Runnable tasks, below the stage's data folder (env tasks=).")
     download_dir: str = Field("sources", description="Fetched and converted sources, below the data folder.")
+    train_tasks: int | None = Field(None, ge=1, description="Embedded: generated train tasks to draw.")
     filter_samples: int = Field(8, ge=0, description="Policy episodes per task (0: skip learnability).")
     policy: agent_filters.AgentEndpoint | None = Field(None, description="Production: the initial policy.")
     template: TemplateResources = Field(
@@ -61,13 +67,11 @@ class Params(BaseModel):
 
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl, templates.json and manifest.json into ``ctx.out_dir``."""
-    if ctx.profile == "embedded":  # refused before anything is written
-        _embedded_not_built()
     code = [Path(__file__), Path(harbor_sources.__file__), Path(agent_filters.__file__)]
     env_spec = str(ctx.stage.config.rl.environment.options.get("env", ""))
 
     def embedded(params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
-        return _embedded_not_built()
+        return _embedded_rows(params, seed, heldout, manifest)
 
     def production(params: Params, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
         return _production_rows(params, heldout, manifest, ctx, env_spec)
@@ -75,11 +79,28 @@ def prepare(ctx: Any) -> dict[str, Any]:
     return prepare_prompts(ctx, "rl_prompts:05_coding_agent", Params, code, embedded, production)
 
 
-def _embedded_not_built() -> list[PromptRow]:
-    raise ConfigError(
-        "05_coding_agent: the embedded scale of this stage is not built yet (no offline task family); "
-        "prepare it with the production profile"
-    )
+def _embedded_rows(
+    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest
+) -> list[PromptRow]:
+    from data_prep.tiny_tasks import generate
+    from data_prep.tiny_tasks import harbor as tiny
+    from data_prep.tiny_tasks.rl_prep import heldout_benchmarks
+
+    root = tiny.tiny_tasks_root()
+    manifest.add_source(
+        {"name": "data_prep.tiny_tasks.harbor", "license": "generated", "tasks": str(root),
+         "note": "Harbor-format terminal tasks generated offline (no hub at this scale)"}
+    )  # fmt: skip
+    tasks = [t for t in generate(tiny.FAMILY, params.train_tasks or 1, seed, "train") if not is_repeat(t.id)]
+    manifest.step("generated", len(tasks), rule="data_prep.tiny_tasks.harbor train split")
+    items = heldout_benchmarks(heldout)
+    rows = screen_against_evals([t.prompt_row() for t in tasks], heldout, items, manifest)
+    manifest.step(
+        "learnability", len(rows), skipped=True,
+        reason="filter_samples is 0: the embedded budget goes to training; DAPO's nonzero-std filter drops "
+        "all-pass and all-fail groups online",
+    )  # fmt: skip
+    return rows
 
 
 def _env_tasks_root(env_spec: str) -> str:

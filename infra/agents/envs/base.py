@@ -26,6 +26,7 @@ ENVIRONMENTS: dict[str, str] = {
     "awm": "infra.agents.awm.env:AwmEnv",
     "harbor": "infra.agents.harbor.env:HarborEnv",
     "awm_tiny": "data_prep.tiny_tasks.awm_env:TinyAwmEnv",  # the embedded scale's generated release
+    "harbor_tiny": "data_prep.tiny_tasks.harbor_env:TinyHarborEnv",  # the embedded scale's terminal tasks
 }
 #: Environments registered at run time (a stage folder's ``env.py``), by short name.
 _REGISTERED: dict[str, type[AgentEnvironment]] = {}
