@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from letter_stage import write_letter_stage
 
+import infra  # noqa: F401 - sets MKL_CBWR before the first GEMM of the session (infra/__init__.py)
+
 
 @pytest.fixture(scope="session")
 def letter_stage(tmp_path_factory) -> Path:

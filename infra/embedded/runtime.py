@@ -25,8 +25,9 @@ def default_threads() -> int:
     Two threads make the embedded chain ~1.6× faster on an idle 2-core machine (measured: SFT step
     1.28 s → 0.77 s). With a busy neighbour on the same cores, 2-thread kernels wait on each other and
     run several times slower, so set ``RUFUS_TORCH_THREADS=1`` when something else is running. The
-    count does not change the numbers: the micro model's kernels split work so that 1 and 2 threads give
-    bit-identical losses and checkpoints (tested), so a seed reproduces on any machine.
+    count does not change the numbers: with MKL's strict reproducibility mode (``MKL_CBWR``, set in
+    ``infra/__init__.py``) 1 and 2 threads give bit-identical losses and checkpoints (tested), so a seed
+    reproduces whatever the thread count.
     """
     env = os.environ.get("RUFUS_TORCH_THREADS")
     if env:
