@@ -24,7 +24,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from data_prep.tiny_tasks.common import TinyTask, agent_tiny_tasks, cache_root, check_split, code_key, rng_for
+from data_prep.tiny_tasks.common import (
+    AGENT_LIMITS,
+    TinyTask,
+    agent_tiny_tasks,
+    cache_root,
+    check_split,
+    code_key,
+    rng_for,
+)
 from data_prep.tiny_tasks.common import is_repeat as is_repeat  # re-exported: the SFT sources use it
 
 FAMILY = "awm_agent"
@@ -34,14 +42,7 @@ RELEASE_SEED = 0
 ENV = "awm_tiny"
 HELDOUT_SCENARIOS = 3
 #: Episode budgets at the embedded scale: look up, act, answer (three model turns, one spare error).
-LIMITS = {
-    "max_tool_calls": 3,
-    "max_iterations": 3,
-    "max_new_tokens": 48,
-    "max_context_tokens": 1280,
-    "tool_result_max_tokens": 160,
-    "max_tool_errors": 1,
-}
+LIMITS = dict(AGENT_LIMITS)
 DONE = "Done."
 
 

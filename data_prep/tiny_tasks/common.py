@@ -39,6 +39,18 @@ def check_split(split: str) -> None:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
 
 
+#: Episode budgets of the tiny agent families (AWM tools, terminal commands): three model turns of 48
+#: tokens in a 1,280-token context, one spare tool error; the micro model's scale.
+AGENT_LIMITS = {
+    "max_tool_calls": 3,
+    "max_iterations": 3,
+    "max_new_tokens": 48,
+    "max_context_tokens": 1280,
+    "tool_result_max_tokens": 160,
+    "max_tool_errors": 1,
+}
+
+
 @dataclass
 class TinyTask:
     """One generated task: prompt messages, label, metadata and the reference solution."""

@@ -29,7 +29,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from data_prep.tiny_tasks.common import TinyTask, agent_tiny_tasks, cache_root, check_split, code_key, rng_for
+from data_prep.tiny_tasks.common import (
+    AGENT_LIMITS,
+    TinyTask,
+    agent_tiny_tasks,
+    cache_root,
+    check_split,
+    code_key,
+    rng_for,
+)
 from data_prep.tiny_tasks.common import is_repeat as is_repeat  # re-exported for this family's users
 from data_prep.tiny_tasks.harbor_specs import VARIANTS, instance_of, make_task, variant_of
 
@@ -42,14 +50,7 @@ INSTANCES = 24  # per variant: 20 variants -> 480 tasks, 324 train and 156 held 
 TASKS = INSTANCES * len(VARIANTS)
 HELDOUT_VARIANTS = (("text", "tail"), ("config", "ini-value"))
 #: Episode budgets at the embedded scale: run the command, answer (one spare turn, one spare error).
-LIMITS = {
-    "max_tool_calls": 3,
-    "max_iterations": 3,
-    "max_new_tokens": 48,
-    "max_context_tokens": 1280,
-    "tool_result_max_tokens": 160,
-    "max_tool_errors": 1,
-}
+LIMITS = dict(AGENT_LIMITS)
 #: The ``harbor`` environment's runtime options at this scale: one spare sandbox per task, small outputs.
 RUNTIME = {
     "spares": 1,
