@@ -8,6 +8,8 @@ list[list[RewardResult]]`` plays each task ``n`` times and :func:`filter_tasks` 
   the policy passes at least one episode, or, for the rest, when the teacher does);
 * **difficulty**: drop a task the initial policy always passes (every scored episode passed).
 
+:func:`filter_band` is FireFlash's alternative (the coding-agent variant): keep pass rates in a band.
+
 Aborted episodes (infrastructure failures) are neither passes nor failures: they leave the count. A task
 whose policy episodes all aborted, or whose correctness rests on a teacher whose episodes all aborted,
 is dropped as ``aborted``. The teacher only runs on tasks the policy never passed (the rest are decided
@@ -43,6 +45,7 @@ from rewards.contract import RewardResult
 
 EpisodeRunner = Callable[[list[AgentTask], int], list[list[RewardResult]]]
 NEVER_PASSED, ALWAYS_PASSED, ABORTED = "never_passed", "always_passed", "aborted"
+BELOW_BAND, ABOVE_BAND, TOO_FEW = "below_band", "above_band", "too_few_scored"
 
 
 @dataclass(frozen=True)
@@ -73,13 +76,17 @@ class AgentFilterReport:
         """``kept``, ``dropped_never_passed``, ``dropped_always_passed``, ``aborted`` (tasks) and
         ``aborted_episodes`` (policy and teacher together)."""
         episodes = sum(c.aborted for c in (*self.policy.values(), *self.teacher.values()))
-        return {
+        out = {
             "kept": len(self.kept),
             "dropped_never_passed": len(self.dropped.get(NEVER_PASSED, [])),
             "dropped_always_passed": len(self.dropped.get(ALWAYS_PASSED, [])),
             "aborted": len(self.dropped.get(ABORTED, [])),
             "aborted_episodes": episodes,
         }
+        for reason in (BELOW_BAND, ABOVE_BAND, TOO_FEW):  # the band rule's reasons, only when it ran
+            if reason in self.dropped:
+                out[f"dropped_{reason}"] = len(self.dropped[reason])
+        return out
 
     def histogram(self, who: str = "policy") -> dict[str, int]:
         """Return ``"passes/scored" -> tasks`` for ``who`` (``policy`` or ``teacher``), sorted."""
@@ -128,6 +135,40 @@ def filter_tasks(
         )
     for task in tasks:
         reason = _decide(report.policy[task.id], report.teacher.get(task.id), correctness, difficulty)
+        if reason is None:
+            report.kept.append(task)
+        else:
+            report.dropped.setdefault(reason, []).append(task.id)
+    return report
+
+
+def filter_band(
+    tasks: Sequence[AgentTask], policy: EpisodeRunner, n: int, band: tuple[float, float], min_scored: int
+) -> AgentFilterReport:
+    """FireFlash's rule: keep a task whose pass rate over its scored episodes lies in ``band`` (inclusive).
+
+    A task needs ``min_scored`` scored (not aborted) episodes of the ``n`` played (FF: pass rate in
+    [15%, 85%] from at least 4 samples under training conditions); one with fewer is dropped as
+    ``too_few_scored`` (``aborted`` when none scored). A pass is a solved episode (``RewardResult.passed``),
+    whatever partial credit the others got.
+    """
+    low, high = band
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"band must satisfy 0 <= low <= high <= 1, got {band}")
+    if n < min_scored:
+        raise ValueError(f"n={n} episodes cannot give the {min_scored} scored episodes a task needs")
+    tasks = list(tasks)
+    report = AgentFilterReport()
+    report.policy = dict(zip([t.id for t in tasks], _run(policy, tasks, n, "policy"), strict=True))
+    for task in tasks:
+        c = report.policy[task.id]
+        if c.scored == 0:
+            reason: str | None = ABORTED
+        elif c.scored < min_scored:
+            reason = TOO_FEW
+        else:
+            rate = c.passes / c.scored
+            reason = BELOW_BAND if rate < low else ABOVE_BAND if rate > high else None
         if reason is None:
             report.kept.append(task)
         else:

@@ -17,10 +17,10 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
+from infra.later_fields import OmitLaterDefaults
 from infra.production.config import ProductionConfig
 
 
@@ -82,7 +82,7 @@ class SFTConfig(StrictModel):
     )
 
 
-class RolloutConfig(StrictModel):
+class RolloutConfig(OmitLaterDefaults, StrictModel):
     """Sizes of one RL rollout step (slime: rollout batch, n samples, steps per rollout)."""
 
     _ADDED_LATER: ClassVar[tuple[str, ...]] = ("max_sampling_attempts",)
@@ -104,15 +104,6 @@ class RolloutConfig(StrictModel):
         description="Embedded: draws per step before training on fewer groups (slime draws until full).",
     )
 
-    @model_serializer(mode="wrap")
-    def _omit_later_defaults(self, handler: Any) -> dict[str, Any]:
-        """Fields added after runs existed are written only when set, so older configs keep their hash."""
-        data = handler(self)
-        for name in self._ADDED_LATER:
-            if name in data and data[name] == type(self).model_fields[name].default:
-                del data[name]
-        return data
-
     @model_validator(mode="after")
     def _batch_divides(self) -> RolloutConfig:
         total = self.prompts_per_step * self.samples_per_prompt
@@ -124,8 +115,10 @@ class RolloutConfig(StrictModel):
         return self
 
 
-class PolicyConfig(StrictModel):
+class PolicyConfig(OmitLaterDefaults, StrictModel):
     """The RL objective (``infra.objectives`` implements each choice for both backends)."""
+
+    _ADDED_LATER: ClassVar[tuple[str, ...]] = ("score_centering_top_k",)
 
     estimator: Literal["grpo", "gspo", "cispo"] = Field(description="Policy-loss form.")
     advantage: Literal["grpo", "mean_only", "fireflash"] = Field(
@@ -144,6 +137,12 @@ class PolicyConfig(StrictModel):
     )
     min_attempt_tokens: int | None = Field(
         default=None, description="FireFlash per-attempt denominator floor, max(tokens, this)."
+    )
+    score_centering_top_k: int | None = Field(
+        default=None,
+        ge=1,
+        description="FireFlash score centering: subtract the sampler's expected score over its top-k "
+        "candidates (FF: 32) from each token's score (infra.objectives.centering); None = off.",
     )
 
 
@@ -294,8 +293,14 @@ class EvalConfig(StrictModel):
     temperature: float = Field(default=0.0, ge=0, description="0 = greedy.")
 
 
-class EmbeddedOverrides(StrictModel):
+#: Policy settings that are sizes (token counts), the only ones an ``embedded`` section may change.
+EMBEDDED_POLICY_SIZES = ("min_attempt_tokens",)
+
+
+class EmbeddedOverrides(OmitLaterDefaults, StrictModel):
     """Size-only overrides for the embedded (CPU) profile; merged onto the stage before validation."""
+
+    _ADDED_LATER: ClassVar[tuple[str, ...]] = ("policy",)
 
     optimizer: dict[str, Any] = Field(default_factory=dict, description="Partial OptimizerConfig.")
     sft: dict[str, Any] = Field(default_factory=dict, description="Partial SFTConfig.")
@@ -306,9 +311,26 @@ class EmbeddedOverrides(StrictModel):
     )
     data: dict[str, Any] = Field(default_factory=dict, description="Partial data parameters (counts).")
     eval: dict[str, Any] = Field(default_factory=dict, description="Partial EvalConfig.")
+    policy: dict[str, Any] | None = Field(
+        default=None,
+        description="Partial PolicyConfig, sizes only (e.g. FireFlash's per-attempt token floor, which "
+        "scales with the response budget).",
+    )
     phases: list[PhaseOverride] | None = Field(
         default=None, description="Resized RL phases (replaces `rl.phases`; keep the same policy values)."
     )
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_sizes_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The embedded scale keeps the objective; it may only resize the policy's token-count settings."""
+        for key in value or {}:
+            if key not in EMBEDDED_POLICY_SIZES:
+                raise ValueError(
+                    f"unknown key {key!r}: an embedded section keeps the objective and may only resize "
+                    f"{', '.join(EMBEDDED_POLICY_SIZES)}"
+                )
+        return value
 
 
 class StageConfig(StrictModel):

@@ -38,6 +38,7 @@ _EMBEDDED_TARGETS = {
     "optimizer": "optimizer",
     "sft": "sft",
     "rollout": "rl.rollout",
+    "policy": "rl.policy",
     "environment": "rl.environment",
     "data": "data",
     "eval": "eval",

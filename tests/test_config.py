@@ -92,13 +92,16 @@ def test_embedded_profile_resizes_but_keeps_the_algorithm(tmp_path: Path):
     assert emb.config.rl.dynamic_sampling == prod.config.rl.dynamic_sampling
     assert emb.config.reward == prod.config.reward
     assert emb.config_hash != prod.config_hash
-    # An embedded section may not touch the objective: `policy` is not a field of EmbeddedOverrides.
+    # An embedded section may not touch the objective: only the policy's token-count sizes resize.
     dst = _stage_copy(tmp_path)
     data = load_yaml(dst / "launch.yaml")
     data["embedded"]["policy"] = {"eps_clip": 0.3}
     (dst / "launch.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises(ConfigError, match=r"launch.yaml: embedded.policy: unknown key"):
+    with pytest.raises(ConfigError, match=r"launch.yaml: embedded.policy: .*unknown key 'eps_clip'"):
         resolve_stage(dst, "embedded")
+    data["embedded"]["policy"] = {"min_attempt_tokens": 48}
+    (dst / "launch.yaml").write_text(yaml.safe_dump(data))
+    assert resolve_stage(dst, "embedded").config.rl.policy.min_attempt_tokens == 48
 
 
 def test_unknown_key_names_file_and_dotted_path(tmp_path: Path):

@@ -2,7 +2,9 @@
 
 Kept apart from :mod:`data_prep.tiny_tasks.harbor` so importing the tiny task families does not import the
 agent stack (Strands, the sandbox); ``infra.agents.envs.base`` names it as a built-in, so held-out rows of
-``terminal_task_success`` roll out in any later stage without that stage importing stage 05.
+``terminal_task_success`` roll out in any later stage without that stage importing stage 05. It takes
+every ``harbor`` option, the FireFlash ones included (``harbor_tiny:partial_credit=1,redirect_outputs=1,
+background_long_commands=1,compress_at=0.85``), over the tiny defaults.
 """
 
 from __future__ import annotations

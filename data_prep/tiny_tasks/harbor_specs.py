@@ -28,6 +28,7 @@ from data_prep.harbor_generate import (
     _json_equals,
     _lines,
     _output,
+    _py,
     _same_lines,
 )
 
@@ -38,6 +39,18 @@ STEMS = (
 ).split()
 FILL = ["red", "blue", "green", "gold", "pink", "gray"]
 ITEMS = ["apple", "bean", "milk", "rice", "salt", "tea", "egg", "fish", "corn", "jam"]
+
+
+def _runs(script: str) -> str:
+    """A graded check of its own (partial credit): the script exits 0, whatever it prints."""
+    return f"python3 {script} >/dev/null 2>&1"
+
+
+def _parses(path: str) -> str:
+    """A graded check of its own (partial credit), or a guard when the file parses from the start."""
+    if path.endswith(".json"):
+        return _py(f"import json\njson.load(open({path!r}))")
+    return _py(f"import configparser\nconfigparser.ConfigParser().read_file(open({path!r}))")
 
 
 def _pair(rng: random.Random, k: int) -> tuple[str, str]:
@@ -140,7 +153,7 @@ def _python(variant: str, names: random.Random, rng: random.Random, k: int) -> S
             f"python3 {script} fails: rename {bad} to {good}.",
             {script: code},
             [f"sed -i s/{bad}/{good}/ {script}"],
-            [_output(script, str(sum(nums))), f"grep -qF 'for n in {nums}:' {script}"],
+            [_runs(script), _output(script, str(sum(nums))), f"grep -qF 'for n in {nums}:' {script}"],
         )
     if variant == "import":
         mod = rng.choice(["math", "json", "string"])
@@ -149,14 +162,14 @@ def _python(variant: str, names: random.Random, rng: random.Random, k: int) -> S
             f"python3 {script} fails: add import {mod} at the top.",
             {script: line + "\n"},
             [f"sed -i '1i import {mod}' {script}"],
-            [_output(script, expected), f"grep -qF '{line}' {script}"],
+            [_runs(script), _output(script, expected), f"grep -qF '{line}' {script}"],
         )
     total, n = rng.randint(20, 99), rng.randint(2, 9)
     return Spec(
         f"Set n to {n} in {script}: it divides by zero.",
         {script: f"total = {total}\nn = 0\nprint(total // n)\n"},
         [f"sed -i 's/n = 0/n = {n}/' {script}"],
-        [_output(script, str(total // n)), f"grep -qxF 'total = {total}' {script}"],
+        [_runs(script), _output(script, str(total // n)), f"grep -qxF 'total = {total}' {script}"],
     )
 
 
@@ -181,7 +194,7 @@ def _config(variant: str, names: random.Random, rng: random.Random, k: int) -> S
             f"Remove the trailing comma in {path}.",
             {path: text[:-1] + ",}\n"},
             [f"sed -i 's/,}}/}}/' {path}"],
-            [_json_equals(path, cfg)],
+            [_parses(path), _json_equals(path, cfg)],
         )
     if variant == "json-quote":
         path, key = f"{stem}.json", rng.choice(["name", "port"])  # "workers" makes a 26-token command
@@ -189,7 +202,7 @@ def _config(variant: str, names: random.Random, rng: random.Random, k: int) -> S
             f"Quote the {key} key in {path}.",
             {path: text.replace(f'"{key}"', key) + "\n"},
             [f"sed -i 's/{key}:/\"{key}\":/' {path}"],
-            [_json_equals(path, cfg)],
+            [_parses(path), _json_equals(path, cfg)],
         )
     section = {"host": "localhost", "port": str(port), "workers": str(workers)}
     body = "".join(f"{key} = {value}\n" for key, value in section.items())
@@ -199,7 +212,7 @@ def _config(variant: str, names: random.Random, rng: random.Random, k: int) -> S
             f"Add the [{name}] header to {path} as line 1.",
             {path: body},
             [f"sed -i '1i [{name}]' {path}"],
-            [_ini_equals(path, {name: section})],
+            [_parses(path), _ini_equals(path, {name: section})],
         )
     key = rng.choice(["port", "workers"])
     old = cfg[key]
@@ -210,7 +223,7 @@ def _config(variant: str, names: random.Random, rng: random.Random, k: int) -> S
             f"In {path} change {key} {old} to {new}.",
             {path: text + "\n"},
             [f"sed -i s/{old}/{new}/ {path}"],
-            [_json_equals(path, {**cfg, key: new})],
+            [_parses(path), _json_equals(path, {**cfg, key: new})],
         )
     path = f"{stem}.ini"
     new = _unique_number(rng, body, 1000, 9999) if key == "port" else _unique_number(rng, body, 10, 99)
@@ -218,7 +231,7 @@ def _config(variant: str, names: random.Random, rng: random.Random, k: int) -> S
         f"In {path} change {key} {old} to {new}.",
         {path: "[server]\n" + body},
         [f"sed -i s/{old}/{new}/ {path}"],
-        [_ini_equals(path, {"server": {**section, key: str(new)}})],
+        [_parses(path), _ini_equals(path, {"server": {**section, key: str(new)}})],
     )
 
 

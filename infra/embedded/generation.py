@@ -5,6 +5,10 @@ sampled token under the exact distribution the trainer scores (``log_softmax(log
 before top-p truncation, as SGLang reports it), a finish reason that tells a stop token from the length
 budget, and a private seeded ``torch.Generator`` so sampling neither reads nor disturbs the global RNG
 (exact resume). The same function backs the local ``/generate`` server of agent stages.
+
+With ``top_k`` set, each step also records the ``k`` most likely ids of that same distribution and their
+log-probs (what SGLang returns for ``top_logprobs_num``: FireFlash's score centering centres each token's
+score on them). ``topk`` reads no random state, so the sampled tokens are the same with or without it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,18 @@ class Generation:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = "length"
+    top_ids: list[list[int]] | None = None  # per token, the sampler's top-k ids (only when asked)
+    top_logprobs: list[list[float]] | None = None  # their log-probs, same distribution as ``logprobs``
+
+    def _record(self, token: int, logprob: float, top: tuple[list[int], list[float]] | None) -> None:
+        """Append one sampled token, its log-prob and (when captured) the step's top-k."""
+        self.token_ids.append(token)
+        self.logprobs.append(logprob)
+        if top is not None:
+            if self.top_ids is None or self.top_logprobs is None:
+                self.top_ids, self.top_logprobs = [], []
+            self.top_ids.append(top[0])
+            self.top_logprobs.append(top[1])
 
     @property
     def truncated(self) -> bool:
@@ -42,8 +58,18 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None):
-    """Return ``(tokens, logprobs)`` for one decoding step of a batch of last-position logits."""
+def _sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    gen: torch.Generator | None,
+    top_k: int | None = None,
+):
+    """Return ``(tokens, logprobs, top)`` for one decoding step of a batch of last-position logits.
+
+    ``top`` is ``(ids [B, k], log-probs [B, k])`` of the distribution the logprobs come from when
+    ``top_k`` is set (k capped at the vocabulary), else None.
+    """
     logits = logits.float()
     if temperature <= 0:
         logp = torch.log_softmax(logits, dim=-1)
@@ -54,7 +80,16 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.G
         if top_p < 1.0:
             probs = _top_p_filter(probs, top_p)
         tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    top = None
+    if top_k is not None:
+        values, ids = logp.topk(min(int(top_k), logp.shape[-1]), dim=-1)
+        top = (ids, values)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1), top
+
+
+def _row_top(top: tuple[torch.Tensor, torch.Tensor] | None, i: int) -> tuple[list[int], list[float]] | None:
+    """Row ``i`` of a step's ``top`` as plain lists (None when not captured)."""
+    return None if top is None else (top[0][i].tolist(), top[1][i].tolist())
 
 
 def _cache_kw(model: PreTrainedModel) -> str:
@@ -69,7 +104,7 @@ def _cache_of(out: object) -> object:
 
 @torch.inference_mode()
 def _generate_batch(
-    model, pad_id, prompts, max_new_tokens, temperature, top_p, stops, gen
+    model, pad_id, prompts, max_new_tokens, temperature, top_p, stops, gen, top_k=None
 ) -> list[Generation]:
     device = model.device
     width = max(len(p) for p in prompts)
@@ -88,12 +123,11 @@ def _generate_batch(
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     stop_t = torch.tensor(sorted(stops), dtype=torch.long, device=device)
     for _ in range(max_new_tokens):
-        tokens, logps = _sample(logits, temperature, top_p, gen)
+        tokens, logps, top = _sample(logits, temperature, top_p, gen, top_k)
         tokens = torch.where(done, torch.full_like(tokens, pad_id), tokens)
         for i, (t, lp) in enumerate(zip(tokens.tolist(), logps.tolist(), strict=False)):
             if not done[i]:
-                results[i].token_ids.append(t)
-                results[i].logprobs.append(lp)
+                results[i]._record(t, lp, _row_top(top, i))
         if len(stops):
             hit = torch.isin(tokens, stop_t) & ~done
             for i in hit.nonzero().flatten().tolist():
@@ -125,12 +159,14 @@ def generate(
     stop_token_ids: list[int] | None = None,
     seed: int | None = None,
     batch_size: int | None = None,
+    top_k: int | None = None,
 ) -> list[Generation]:
     """Return one :class:`Generation` per prompt (token ids in, token ids out), sampled in batches.
 
     ``temperature`` 0 is greedy. Logprobs are of the sampled token under ``softmax(logits/temperature)``
     (``softmax(logits)`` when greedy), before top-p truncation. A fixed ``seed`` makes the output
-    deterministic for a given batching.
+    deterministic for a given batching. ``top_k`` also records each step's top-k ids and log-probs of
+    that distribution (``Generation.top_ids`` / ``top_logprobs``) without changing what is sampled.
     """
     if any(len(p) == 0 for p in prompt_ids):
         raise ValueError("generate: every prompt needs at least one token")
@@ -148,7 +184,9 @@ def generate(
         for start in range(0, len(prompt_ids), size):
             chunk = prompt_ids[start : start + size]
             stops = set(stop_token_ids or [])
-            out.extend(_generate_batch(model, pad_id, chunk, max_new_tokens, temperature, top_p, stops, gen))
+            out.extend(
+                _generate_batch(model, pad_id, chunk, max_new_tokens, temperature, top_p, stops, gen, top_k)
+            )
     finally:
         model.train(was_training)
     return out
@@ -173,6 +211,7 @@ def generate_rows(
     top_p: float = 1.0,
     stop_token_ids: list[int] | None = None,
     prefix_cache: PrefixKVCache | None = None,
+    top_k: int | None = None,
 ) -> list[Generation]:
     """Sample ``rows`` as one batch, each with its own budget and its own seeded generator.
 
@@ -180,7 +219,7 @@ def generate_rows(
     the order the requests arrived: the agent server batches a deterministic set of requests
     (:mod:`infra.agents.lockstep`) and gets the same trajectories on every run. With ``prefix_cache`` each
     row encodes only what the cache does not hold (then the batch decodes together) and its sequence is
-    stored for the next call.
+    stored for the next call. ``top_k`` records each step's top-k as :func:`generate` does.
     """
     if not rows or any(len(r.ids) == 0 or r.max_new_tokens < 1 for r in rows):
         raise ValueError("generate_rows: every row needs at least one token and max_new_tokens >= 1")
@@ -213,11 +252,10 @@ def generate_rows(
             for i, gen in enumerate(gens):
                 if done[i]:
                     continue
-                t, lp = _sample(logits[i : i + 1], temperature, top_p, gen)
+                t, lp, top = _sample(logits[i : i + 1], temperature, top_p, gen, top_k)
                 tokens[i] = int(t[0])
                 res = results[i]
-                res.token_ids.append(tokens[i])
-                res.logprobs.append(float(lp[0]))
+                res._record(tokens[i], float(lp[0]), _row_top(top, 0))
                 if tokens[i] in stops:
                     res.finish_reason, done[i] = "stop", True
                 elif len(res.token_ids) >= rows[i].max_new_tokens:

@@ -10,7 +10,10 @@ One rollout step: draw prompts (seeded order) → ``samples_per_prompt`` samples
 reward via ``rewards.contract`` (``metadata.reward`` of the row, else the stage's reward) → drop aborted →
 filter (none / nonzero_std / band, refilling) → shape → advantages → ``steps_per_rollout`` optimizer
 mini-steps, old logprobs = rollout logprobs (or trainer logprobs recomputed before the first mini-step
-when TIS is on, with the rollout ones as the TIS reference).
+when TIS is on, with the rollout ones as the TIS reference). With ``policy.score_centering_top_k`` the
+loss centres each token's score on the sampler's top-k candidates (FireFlash SC): the embedded sampler is
+the trained model at the rollout's weights, so its top-k come from the pre-update forward (see
+:meth:`RLTrainer._sampler_top`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from infra.objectives import (
     policy_loss,
     shape_group,
 )
+from infra.objectives.centering import candidate_logprobs_from_logits, sampler_top_k
 from infra.objectives.group_view import advantage_kwargs, shaping_kwargs, view_from_embedded
 
 
@@ -176,6 +180,39 @@ class RLTrainer:
             return None
         return self._no_grad_logprobs(self.model, items, phase.rollout.temperature)
 
+    def _sampler_top(self, items: list, n_steps: int, phase: Phase) -> list[tuple[torch.Tensor, ...]] | None:
+        """The sampler's top-k ``(ids, log-probs)`` per response token, for score centering.
+
+        The embedded sampler is the model being trained, at the rollout's weights, sampling from
+        ``softmax(logits / temperature)`` (top-k taken before top-p truncation, as SGLang reports them):
+        its top-k are those of the pre-update forward, equal to what :mod:`infra.embedded.generation`
+        captures up to KV-cached versus full-sequence kernels. With one optimizer step per rollout that
+        forward is the training forward itself, so None tells :meth:`_micro_step` to take them from its
+        own detached logits (as TIS's old log-probs); otherwise a no-grad pass runs before the first update.
+        """
+        if n_steps == 1:
+            return None
+        k, temperature = phase.policy.score_centering_top_k, phase.rollout.temperature
+        out: list[tuple[torch.Tensor, ...]] = []
+        for mb in self._micro_batches(list(range(len(items)))):
+            batch = build_batch(
+                [items[i][0] for i in mb], [items[i][1] for i in mb], self.pad_id, self.device
+            )
+            with torch.no_grad():
+                ids, lps = sampler_top_k(response_logits(self.model, batch, temperature), int(k))
+            out += [(ids[j, : len(items[i][1])], lps[j, : len(items[i][1])]) for j, i in enumerate(mb)]
+        return out
+
+    def _pad_top(self, rows: list[tuple[torch.Tensor, ...]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stack per-item top-k rows to ``[B, width, k]``; padding: id 0, log-prob ``-inf`` (weight 0)."""
+        k = rows[0][0].shape[-1]
+        ids = torch.zeros(len(rows), width, k, dtype=torch.long, device=self.device)
+        lps = torch.full((len(rows), width, k), -torch.inf, dtype=torch.float32, device=self.device)
+        for j, (row_ids, row_lps) in enumerate(rows):
+            n = row_ids.shape[0]
+            ids[j, :n], lps[j, :n] = row_ids, row_lps
+        return ids, lps
+
     def _micro_batches(self, idx: list[int]) -> list[list[int]]:
         size = int(self.job.extra.get("micro_batch") or len(idx) or 1)
         return [idx[i : i + size] for i in range(0, len(idx), size)]
@@ -200,6 +237,7 @@ class RLTrainer:
         chunks = [c.tolist() for c in np.array_split(np.arange(len(items)), rc.steps_per_rollout) if len(c)]
         old_all = self._old_logprobs(items, len(chunks), phase) if pc.use_tis else [it[2] for it in items]
         ref_all = self._no_grad_logprobs(self.ref, items, rc.temperature) if self.ref is not None else None
+        top_all = self._sampler_top(items, len(chunks), phase) if pc.score_centering_top_k else None
         sums: dict[str, float] = {}
         for chunk in chunks:
             total_tokens = sum(_trained(items[i]) for i in chunk)
@@ -207,7 +245,7 @@ class RLTrainer:
                 weight = len(mb) / len(chunk)
                 if pc.loss_reduction == "token":
                     weight = sum(_trained(items[i]) for i in mb) / max(total_tokens, 1)
-                metrics = self._micro_step(items, mb, old_all, ref_all, phase, weight)
+                metrics = self._micro_step(items, mb, old_all, ref_all, phase, weight, top_all)
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v * weight / len(chunks)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optimizer.clip_grad)
@@ -228,7 +266,9 @@ class RLTrainer:
         env = torch.tensor([(r + [0] * width)[:width] for r in rows], device=self.device)
         return response_mask * env.to(response_mask.dtype)
 
-    def _micro_step(self, items, mb, old_all, ref_all, phase: Phase, weight: float) -> dict[str, float]:
+    def _micro_step(
+        self, items, mb, old_all, ref_all, phase: Phase, weight: float, top_all=None
+    ) -> dict[str, float]:
         pc, temp = phase.policy, phase.rollout.temperature
         batch = build_batch([items[i][0] for i in mb], [items[i][1] for i in mb], self.pad_id, self.device)
         logits = response_logits(self.model, batch, temp)
@@ -239,6 +279,16 @@ class RLTrainer:
         old = logprobs.detach() if old_all is None else self._pad([old_all[i] for i in mb])
         rollout_lp = self._pad([items[i][2] for i in mb]) if pc.use_tis else None
         adv = torch.tensor([items[i][3] for i in mb], dtype=torch.float32, device=self.device)
+        centering: dict[str, torch.Tensor] = {}
+        if pc.score_centering_top_k is not None:
+            if top_all is None:
+                top_ids, top_lp = sampler_top_k(logits, pc.score_centering_top_k)
+            else:
+                top_ids, top_lp = self._pad_top([top_all[i] for i in mb], logprobs.shape[1])
+            centering = {
+                "sampler_top_logprobs": top_lp,
+                "candidate_logprobs": candidate_logprobs_from_logits(logits, top_ids),
+            }
         loss, metrics = policy_loss(
             pc.estimator,
             logprobs,
@@ -252,6 +302,7 @@ class RLTrainer:
             tis_clip_high=pc.tis_clip_high if pc.use_tis else None,
             reduction=pc.loss_reduction,
             min_denominator=pc.min_attempt_tokens,
+            **centering,
         )
         if pc.entropy_coef > 0:
             entropy = entropy_from_logits(logits, mask)

@@ -1,4 +1,4 @@
-"""Policy-gradient losses (GRPO/PPO token clip, GSPO sequence clip, CISPO), TIS, KL, entropy and masks.
+"""Policy-gradient losses (GRPO/PPO, GSPO, CISPO), TIS, score centering, KL, entropy and masks.
 
 Tensors are a batch of B sequences padded to T response tokens; ``mask`` [B, T] marks trained tokens.
 Every function is pure and device-agnostic so the embedded trainer and the production backend (slime's
@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+from infra.objectives.centering import centered_logprobs
 
 Terms = tuple[Tensor, Tensor, Tensor]  # per-token loss, clipped indicator, importance ratio; all [B, T]
 
@@ -163,6 +165,8 @@ def policy_loss(
     reduction: str = "token",
     min_denominator: int | None = None,
     eps_clip_c: float | None = None,
+    sampler_top_logprobs: Tensor | None = None,
+    candidate_logprobs: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Return ``(scalar loss to minimise, metrics)`` for one batch under the objective ``kind``.
 
@@ -176,6 +180,21 @@ def policy_loss(
     Metrics (token means over trained tokens): loss, clip_fraction, ratio_mean, approx_kl (mean of
     old - logp, slime's ppo_kl), and tis_weight_mean / tis_clip_fraction when TIS is on.
     ``eps_clip_c`` (> 1) enables slime's dual-clip bound for negative advantages (grpo and gspo only).
+
+    Score centering (FireFlash SC, :mod:`infra.objectives.centering`): with ``sampler_top_logprobs``
+    [B, T, K] (the sampler's log-probs of its top-k ids, ``-inf`` padding) and ``candidate_logprobs``
+    [B, T, K] (the current policy's log-probs of the same ids, with gradient), the objective receives
+    ``logp - c + sg(c)``, ``c = sum_k mu~_k logp(k)``, in place of ``logp``. Its value is ``logp``
+    exactly, so ratios, clip decisions, TIS weights, reductions and the loss value are today's; only the
+    score inside the surrogate changes. Per token the gradient becomes
+    ``-A * w_tis * r * (grad logp(a) - sum_k mu~_k grad logp(k))`` where PPO's clip lets the token
+    through, and 0 where it is clipped: the centring belongs to the token's score, so a token the trust
+    region stops contributes neither (adding ``A w sg(r) c`` as a separate, unclipped term was rejected:
+    it would keep moving probability on tokens the clip has frozen). FireFlash makes one optimizer update
+    per rollout, so ``r = 1`` at the update and nothing is clipped: its gradient per attempt is
+    ``-A * w_t * (grad logp(a_t) - sum_k mu~_k grad logp(k)) / max(tokens, 2048)`` summed over tokens.
+    GSPO centres each token inside the sequence mean; CISPO multiplies the centred score by its
+    detached weight. Metrics add ``sc_sampler_mass`` and ``sc_expected_logprob``.
     """
     try:
         terms = _POLICY_TERMS[kind]
@@ -203,9 +222,15 @@ def policy_loss(
     keep = mask.bool()
     fmask = keep.to(torch.float32)
     hi = eps_clip if eps_clip_high is None else eps_clip_high
-    per_token, clipped, ratio = terms(logprobs, old_logprobs.detach(), adv, keep, eps_clip, hi, eps_clip_c)
-
     metrics: dict[str, float] = {}
+    scored = logprobs
+    if (sampler_top_logprobs is None) != (candidate_logprobs is None):
+        raise ValueError("score centering needs both sampler_top_logprobs and candidate_logprobs")
+    if sampler_top_logprobs is not None and candidate_logprobs is not None:
+        scored, sc_metrics = centered_logprobs(logprobs, candidate_logprobs, sampler_top_logprobs, keep)
+        metrics.update(sc_metrics)
+    per_token, clipped, ratio = terms(scored, old_logprobs.detach(), adv, keep, eps_clip, hi, eps_clip_c)
+
     if rollout_logprobs is not None and tis_clip_high is not None:
         if not 0.0 <= tis_clip_low <= tis_clip_high:
             raise ValueError(f"TIS bounds need 0 <= low <= high, got [{tis_clip_low}, {tis_clip_high}]")

@@ -6,9 +6,11 @@ The numbers come from the paper's Table 16 and §3; ``infra.production.render`` 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from infra.later_fields import OmitLaterDefaults
 
 
 class _Strict(BaseModel):
@@ -48,8 +50,10 @@ class SGLangEngines(_Strict):
     )
 
 
-class ProductionConfig(_Strict):
+class ProductionConfig(OmitLaterDefaults, _Strict):
     """How a stage runs on a cluster of 8×H200 nodes with slime."""
+
+    _ADDED_LATER: ClassVar[tuple[str, ...]] = ("max_policy_staleness",)
 
     nodes: int = Field(description="Number of 8×H200 nodes for the stage (Table 16).")
     gpus_per_node: int = Field(default=8, description="GPUs per node.")
@@ -58,6 +62,14 @@ class ProductionConfig(_Strict):
     )
     colocate: bool = Field(default=True, description="Trainer and rollout engines share the GPUs.")
     async_training: bool = Field(default=False, description="Use train_async.py (one-step off-policy).")
+    max_policy_staleness: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Async only: rollouts come from weights at most this many optimizer steps old (slime "
+            "--update-weights-interval N with train_async.py gives staleness 1..N; FireFlash: 6)."
+        ),
+    )
     parallelism: Parallelism = Field(default_factory=Parallelism)
     sglang: SGLangEngines = Field(default_factory=SGLangEngines)
     rollout_routing_replay: bool = Field(default=False, description="R3: replay routed experts from rollout.")
@@ -81,3 +93,11 @@ class ProductionConfig(_Strict):
     lr_decay_iters: int | None = Field(
         default=None, description="Optimizer steps a cosine schedule decays over (SFT: steps/epoch × epochs)."
     )
+
+    @model_validator(mode="after")
+    def _staleness_needs_async(self) -> ProductionConfig:
+        if self.max_policy_staleness is not None and not self.async_training:
+            raise ValueError("max_policy_staleness needs async_training: true (train_async.py)")
+        if self.max_policy_staleness is not None and self.colocate:
+            raise ValueError("max_policy_staleness needs colocate: false (train_async.py refuses --colocate)")
+        return self

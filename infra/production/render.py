@@ -282,6 +282,8 @@ def hook_settings(
             out["rufus_tis_clip_low"] = po["tis_clip_low"]
     if po["min_attempt_tokens"] is not None:
         out["rufus_min_attempt_tokens"] = po["min_attempt_tokens"]
+    if po.get("score_centering_top_k") is not None:  # omitted from the dump when unset
+        out["rufus_score_centering_top_k"] = po["score_centering_top_k"]
     if config.rl.dynamic_sampling.band is not None:
         out["rufus_band"] = list(config.rl.dynamic_sampling.band)
     out["rufus_environment"] = config.rl.environment.model_dump()
@@ -386,6 +388,10 @@ def render_train_args(
         files: dict[str, str] = {}
     else:
         rollout = _rl_rollout(stage_id, config, cluster, phase)
+        if config.production.max_policy_staleness is not None:
+            # train_async.py overlaps rollout k+1 with training k and syncs weights to SGLang every N
+            # rollouts, so each rollout's policy is 1..N optimizer steps older than the trainer's (FF: 6).
+            _flag(rollout, "--update-weights-interval", config.production.max_policy_staleness)
         algo = _rl_algorithm(config, config.production.rollout_routing_replay, phase)
         import yaml
 

@@ -3,6 +3,10 @@
 Spec: ``harbor:tasks=/path/to/tasks_root[,spares=2,runtimes=8,command_timeout=30,verifier_timeout=120,
 output_tokens=512,workspace_mb=256,<EpisodeLimits fields>]`` (``rl.environment: {name: agent, options:
 {env: "harbor:tasks=..."}}``; the production hook and the Ray environment actors load it by the same spec).
+The FireFlash options, all off by default: ``partial_credit=1`` (score: the verifier's reward clamped to
+[0, 1], not binarised), ``redirect_outputs=1`` and ``background_long_commands=1`` (the tool's harness
+behaviours, :mod:`.command_tool`), ``compress_at=0.85[,context_window=N]`` (context compression in the
+agent loop, :mod:`infra.agents.compression`).
 
 The task root is loaded once per process (:func:`catalog`): a task that does not load is dropped and
 named once in a log line, and so is one this runtime cannot run (:func:`local_problems`: Harbor's
@@ -10,10 +14,10 @@ structural filter plus "files-only Dockerfile copying into ``/app``, scored by a
 episode :meth:`HarborEnv.reset` takes a fresh sandbox holding the task's files from the task's
 :class:`~infra.agents.harbor.runtime.LocalRuntime` (cached per process, least recently used closed past
 ``runtimes``), the one tool is ``execute_command`` and :meth:`HarborEnv.score` runs ``tests/test.sh``
-against the final ``/app``: 1.0 iff the tests pass. A sandbox that does not boot raises
-``EnvironmentFailure`` (the episode is aborted); a verifier that cannot finish is an ``aborted`` result.
-Not carried over from the task: its image and ``[verifier]``/``[environment]`` env vars, its agent timeout
-(the episode limits bound the agent) and network access (the sandbox is always offline).
+against the final ``/app``: 1.0 iff the tests pass (or the partial reward). A sandbox that does not boot
+raises ``EnvironmentFailure`` (the episode is aborted); a verifier that cannot finish is an ``aborted``
+result. Not carried over from the task: its image and ``[verifier]``/``[environment]`` env vars, its agent
+timeout (the episode limits bound the agent) and network access (the sandbox is always offline).
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from typing import Any
 
 from strands.types.tools import AgentTool
 
+from infra.agents.compression import CompressionOptions
 from infra.agents.contract import AgentTask, EnvironmentFailure, EpisodeLimits
 from infra.agents.envs.base import AgentEnvironment
-from infra.agents.harbor.runtime import LocalRuntime, Session, execute_command_tool
+from infra.agents.harbor.command_tool import OUTPUTS_MB, HarnessOptions, execute_command_tool, flag_option
+from infra.agents.harbor.runtime import LocalRuntime, Session
 from infra.agents.harbor.task import HarborTask, load_tasks, structural_problems
 from infra.sandbox import SandboxUnavailable
 from rewards.contract import RewardRequest, RewardResult
@@ -132,6 +138,7 @@ class RuntimeOptions:
     verifier_timeout: float = 120.0  # cap on the task's own [verifier].timeout_sec
     output_tokens: int = 512  # each stream of a command's output, about 4 characters a token
     workspace_mb: int = 256  # size of the /app tmpfs
+    harness: HarnessOptions = HarnessOptions()  # FireFlash tool behaviours (off: stage 05's tool)
 
     def runtime(self, task: HarborTask) -> LocalRuntime:
         """Return a new runtime of ``task`` (its ``/app`` built from the Dockerfile's copies)."""
@@ -148,6 +155,7 @@ class RuntimeOptions:
                 # the sandbox keeps head and tail within the budget, marker included
                 output_bytes=4 * self.output_tokens - 64,
                 spares=self.spares,
+                outputs_mb=OUTPUTS_MB if self.harness.enabled else 0,
             )
 
 
@@ -262,18 +270,30 @@ class HarborEnv(AgentEnvironment):
         verifier_timeout: float = 120.0,
         output_tokens: int = 512,
         workspace_mb: int = 256,
+        partial_credit: Any = False,
+        redirect_outputs: Any = False,
+        background_long_commands: Any = False,
+        compress_at: Any = None,
+        context_window: Any = None,
         **limits: Any,
     ) -> None:
         if output_tokens < 80:
             raise ValueError(f"harbor option output_tokens={output_tokens}: expected at least 80")
         self.root = str(Path(str(tasks)).resolve())
+        harness = HarnessOptions(
+            flag_option("harbor", "redirect_outputs", redirect_outputs),
+            flag_option("harbor", "background_long_commands", background_long_commands),
+        )
         self.options = RuntimeOptions(
             int(spares),
             float(command_timeout),
             float(verifier_timeout),
             int(output_tokens),
             int(workspace_mb),
+            harness,
         )
+        self.partial_credit = flag_option("harbor", "partial_credit", partial_credit)
+        self.compression = CompressionOptions.parse("harbor", compress_at, context_window)
         self.capacity = int(runtimes)
         self.limits = EpisodeLimits(**limits)
         self.session: Session | None = None
@@ -314,7 +334,8 @@ class HarborEnv(AgentEnvironment):
         """Return ``execute_command`` bound to the current episode's sandbox ([] outside an episode)."""
         if self.session is None:
             return []
-        return [execute_command_tool(self.session, budget_tokens=self.options.output_tokens)]
+        opts = self.options
+        return [execute_command_tool(self.session, budget_tokens=opts.output_tokens, harness=opts.harness)]
 
     async def reset(self, task: AgentTask) -> None:
         """Take a fresh sandbox holding the task's files; ``EnvironmentFailure`` if it does not boot."""
@@ -323,10 +344,11 @@ class HarborEnv(AgentEnvironment):
         self._key, self.session = await asyncio.to_thread(open_session, harbor_task, self.options, cache)
 
     def score(self, task: AgentTask, request: RewardRequest) -> RewardResult:
-        """Run the task's tests on the final ``/app``: 1.0 iff they pass, ``aborted`` on infra failure."""
+        """Run the task's tests on the final ``/app``: 1.0 iff they pass (``partial_credit``: the reward
+        in [0, 1]), ``aborted`` on infra failure."""
         if self.session is None:
             return RewardResult(score=0.0, aborted=True, failure="sandbox: no session", details={})
-        result = self.session.verify()
+        result = self.session.verify(partial_credit=self.partial_credit)
         return result.model_copy(update={"details": {**result.details, "task": task.metadata.get("task")}})
 
     async def cleanup(self) -> None:

@@ -1,17 +1,23 @@
 """The ``harbor_tests`` reward: a terminal task's own ``tests/test.sh`` on the final ``/app``, binary.
 
 Stage 05's reward (and stage 08's terminal tasks): 1.0 iff the task's tests pass, no judge, no partial
-credit. Inside an episode the ``harbor`` environment scores with the episode's live sandbox
+credit. The FireFlash variant turns partial credit on (the verifier's reward clamped to [0, 1]) through
+its env spec (``harbor:...,partial_credit=1``), or a request sets ``metadata["partial_credit"]``. Inside
+an episode the ``harbor`` environment scores with the episode's live sandbox
 (:meth:`infra.agents.harbor.env.HarborEnv.score`). Called directly (preflight, evaluation of a stored
 episode), the request names the task in ``metadata["task_dir"]`` and gives the episode's ``transcript``
 (or ``metadata["transcript"]``): its ``execute_command`` calls are replayed in order in a fresh sandbox of
-the task, then the tests run. Replay reproduces the episode as far as its commands are deterministic.
-Model output never raises here; a sandbox that does not boot, a verifier that cannot finish and a task
-that cannot be loaded or run are ``aborted``, never a 0.
+the task, then the tests run. Replay reproduces the episode as far as its commands are deterministic. The
+row's env spec (``metadata["environment_options"]["env"]``, which prompt rows carry) gives the scoring
+mode and, when it turns a harness option on (saved outputs, background commands), the runtime options
+the episode ran with. Model output never raises here; a sandbox that does not boot, a verifier that cannot
+finish and a task that cannot be loaded or run are ``aborted``, never a 0.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +51,35 @@ def replay_commands(transcript: Any) -> list[str]:
     return commands
 
 
+@functools.lru_cache(maxsize=16)
+def replay_settings(spec: str | None) -> tuple[Any, bool]:
+    """Return ``(RuntimeOptions, partial_credit)`` of a replay under env spec ``spec`` (None: stage 05's).
+
+    The env's runtime options are used only when a harness option is on, so stage 05's replays run as
+    they always have; ValueError when the spec does not load.
+    """
+    from infra.agents.envs.base import load_environment
+    from infra.agents.harbor.env import HarborEnv, RuntimeOptions
+
+    default = RuntimeOptions(spares=REPLAY_SPARES)
+    if not spec:
+        return default, False
+    try:
+        env = load_environment(spec)
+    except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
+        raise ValueError(f"harbor_tests: env spec {spec!r} does not load: {exc}") from None
+    if not isinstance(env, HarborEnv):
+        return default, False
+    opts = replace(env.options, spares=REPLAY_SPARES) if env.options.harness.enabled else default
+    return opts, env.partial_credit
+
+
 @register_reward("harbor_tests")
 def harbor_tests(request: RewardRequest) -> RewardResult:
-    """Return 1.0 when the task's tests pass after replaying the transcript's commands, else 0.0."""
-    from infra.agents.harbor.env import RuntimeOptions, local_problems, open_session, runtime_cache
+    """Return 1.0 when the task's tests pass after replaying the transcript's commands, else 0.0 (or the
+    partial reward in [0, 1] when partial credit is on)."""
+    from infra.agents.harbor.command_tool import flag_option
+    from infra.agents.harbor.env import local_problems, open_session, runtime_cache
     from infra.agents.harbor.task import TaskFormatError, load_task
 
     meta = request.metadata
@@ -63,16 +94,24 @@ def harbor_tests(request: RewardRequest) -> RewardResult:
     problems = local_problems(task)
     if problems:
         return _aborted(f"harbor_tests: task {task.task_dir} cannot run here: {'; '.join(problems)}")
+    env_options = meta.get("environment_options")
+    spec = env_options.get("env") if isinstance(env_options, dict) else None
+    try:
+        opts, partial = replay_settings(spec if isinstance(spec, str) else None)
+        if "partial_credit" in meta:
+            partial = flag_option("harbor_tests", "partial_credit", meta["partial_credit"])
+    except ValueError as exc:
+        return _aborted(str(exc))
     cache = runtime_cache()
     try:
-        key, session = open_session(task, RuntimeOptions(spares=REPLAY_SPARES), cache)
+        key, session = open_session(task, opts, cache)
     except EnvironmentFailure as exc:
         return _aborted(str(exc))
     try:
         commands = replay_commands(transcript)
         for command in commands:
-            session.execute(command)
-        result = session.verify()
+            session.execute(command, **opts.harness.execute_kwargs(opts.output_tokens))
+        result = session.verify(partial_credit=partial)
     except (EnvironmentFailure, SandboxUnavailable, OSError) as exc:
         return _aborted(f"harbor_tests: replay in {task.task_dir} failed: {exc}")
     finally:

@@ -5,7 +5,7 @@ Use::
     rt = LocalRuntime(workspace_src=task_dir / "environment" / "files", tests_dir=task_dir / "tests")
     session = rt.start()                       # a fresh copy of the task's files in /app, ready
     session.execute("ls -la")                  # CommandResult(stdout, stderr, exit_code, timed_out, …)
-    tool = execute_command_tool(session, budget_tokens=512)   # the one Strands tool of the stage
+    tool = execute_command_tool(session, budget_tokens=512)   # the one Strands tool (.command_tool)
     reward = session.verify()                  # rewards.contract.RewardResult: 1.0 iff reward >= 1
     session.close(); rt.close()
 
@@ -17,7 +17,10 @@ process count under a fresh unprivileged uid, open files, file size, ``no_new_pr
 * ``/app`` (the task's files, cwd), ``/tmp`` (``HOME`` is ``/tmp/home``) and ``/dev/shm``: size-capped
   tmpfs, the only places the agent can write; ``/usr`` and the rest of the root are read-only to it;
 * ``/logs``: root-owned until verification, which makes ``/logs/verifier`` writable;
-* the tests at a root-only ``/.rufus-private/tests``, copied to ``/tests`` only by :meth:`Session.verify`.
+* the tests at a root-only ``/.rufus-private/tests``, copied to ``/tests`` only by :meth:`Session.verify`;
+* with ``outputs_mb`` > 0 (the FireFlash harness options of :mod:`.command_tool`, off by default):
+  ``/tmp/rufus_outputs``, a root-owned tmpfs the agent can read but not write, where long outputs are
+  saved and background commands write (:meth:`Session.execute`'s ``save_over`` and ``background``).
 
 The program inside is :mod:`infra.agents.harbor.sandboxed_shell`. The task's files are copied once per
 task into a snapshot folder (:class:`LocalRuntime`); every sandbox copies that snapshot into its own
@@ -25,10 +28,11 @@ task into a snapshot folder (:class:`LocalRuntime`); every sandbox copies that s
 out a ready one (booting a sandbox costs an interpreter start; handing one out costs nothing).
 
 Reward (Harbor's verifier): ``reward.json`` first (a number or ``{"reward": x}``), else ``reward.txt``;
-binary, 1.0 iff the reward is >= 1. A sandbox that fails, a verifier that times out and a missing, empty or
-unparsable reward file are ``aborted`` results, never a 0. Not guaranteed: see :mod:`infra.sandbox`
-(no memory cgroup, no seccomp); the agent can leave files in ``/app`` that the test script then runs,
-as it could in Harbor's own containers.
+binary, 1.0 iff the reward is >= 1, or with ``partial_credit`` the reward clamped to [0, 1] (FireFlash:
+1.0 if solved, else the fraction of checks passed). A sandbox that fails, a verifier that times out and a
+missing, empty or unparsable reward file are ``aborted`` results, never a 0. Not guaranteed: see
+:mod:`infra.sandbox` (no memory cgroup, no seccomp); the agent can leave files in ``/app`` that the test
+script then runs, as it could in Harbor's own containers.
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from infra.agents.contract import EnvironmentFailure
 from infra.agents.harbor import sandboxed_shell as inside
+from infra.agents.harbor.command_tool import execute_command_tool as execute_command_tool  # re-exported
 from infra.sandbox import Limits, check_isolation
 from infra.sandbox.isolation import bwrap_argv, find_bwrap
 from infra.sandbox.limits import SANDBOX_ENV
@@ -68,7 +73,11 @@ PROGRAM_IN_SANDBOX = "/opt/rufus-harbor/sandboxed_shell.py"
 
 @dataclass
 class CommandResult:
-    """What one command printed (each stream cut to the session's byte budget) and how it ended."""
+    """What one command printed (each stream cut to the session's byte budget) and how it ended.
+
+    ``saved``: sandbox paths of the full ``stdout``/``stderr`` (and a background command's ``exit`` file);
+    ``background_pid``: set when the command timed out and was left running.
+    """
 
     stdout: str
     stderr: str
@@ -76,6 +85,10 @@ class CommandResult:
     timed_out: bool
     truncated: bool = False
     duration_s: float = 0.0
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    saved: dict[str, str] = field(default_factory=dict)
+    background_pid: int | None = None
 
 
 def _snapshot(src: Path, dest: Path) -> None:
@@ -156,23 +169,46 @@ class Session:
         self.rt, self._box = rt, box
         self._lock = threading.Lock()
         self.verified = False
+        self.saved_commands = 0  # commands run with save_over or background: they name cmd_N files
 
-    def execute(self, command: str, timeout_s: float | None = None) -> CommandResult:
-        """Run ``command`` with ``bash -c`` in ``/app``; raise ``EnvironmentFailure`` if the sandbox fails."""
+    def execute(
+        self,
+        command: str,
+        timeout_s: float | None = None,
+        *,
+        save_over: int | None = None,
+        background: bool = False,
+    ) -> CommandResult:
+        """Run ``command`` with ``bash -c`` in ``/app``; raise ``EnvironmentFailure`` if the sandbox fails.
+
+        ``save_over``: a stream longer than that many bytes (or than the byte budget) is also saved whole
+        to ``/tmp/rufus_outputs/cmd_N.out`` / ``.err``; ``background``: on timeout the command is left
+        running (``background_pid``), writing there. Both need a runtime with ``outputs_mb`` > 0.
+        """
         timeout = min(timeout_s or self.rt.command_timeout_s, self.rt.limits.wall_s)
-        req = {"op": "exec", "cmd": command, "timeout": timeout, "max_bytes": self.rt.output_bytes}
+        req: dict[str, Any] = {"op": "exec", "cmd": command, "timeout": timeout}
+        req["max_bytes"] = self.rt.output_bytes
+        harness = save_over is not None or background
+        if harness and self.rt.outputs_mb <= 0:
+            raise ValueError("save_over/background need a runtime with an outputs folder (outputs_mb > 0)")
         start = time.monotonic()
         with self._lock:
             if self._box is None or self.verified:
                 raise EnvironmentFailure("execute on a closed or already verified harbor session")
+            if harness:
+                self.saved_commands += 1
+                over = None if save_over is None else max(min(int(save_over), self.rt.output_bytes), 0)
+                req.update(save_over=over, background=background, name=f"cmd_{self.saved_commands}")
             res = self._box.request(req, timeout + 10)
         cut = max(res["stdout_bytes"], res["stderr_bytes"]) > self.rt.output_bytes
         return CommandResult(
-            res["stdout"], res["stderr"], res["exit"], bool(res["timed_out"]), cut, time.monotonic() - start
-        )
+            res["stdout"], res["stderr"], res["exit"], bool(res["timed_out"]), cut, time.monotonic() - start,
+            res["stdout_bytes"], res["stderr_bytes"], dict(res.get("saved") or {}), res.get("background_pid"),
+        )  # fmt: skip
 
-    def verify(self, timeout_s: float | None = None) -> RewardResult:
-        """Run the task's tests against the final state; 1.0 iff reward >= 1, ``aborted`` on infra failure."""
+    def verify(self, timeout_s: float | None = None, partial_credit: bool = False) -> RewardResult:
+        """Run the task's tests against the final state; 1.0 iff reward >= 1 (``partial_credit``: the
+        reward clamped to [0, 1]), ``aborted`` on infra failure."""
         timeout = min(timeout_s or self.rt.verify_timeout_s, self.rt.limits.wall_s)
         req = {"op": "verify", "script": self.rt.test_script, "timeout": timeout, "max_bytes": 4096}
         with self._lock:
@@ -190,7 +226,7 @@ class Session:
         }
         if res["timed_out"]:
             return _aborted("verifier_timeout", f"test script ran past {timeout:g}s", details)
-        return reward_from_files(res["rewards"], details)
+        return reward_from_files(res["rewards"], details, partial_credit)
 
     def close(self) -> None:
         """Destroy the sandbox and everything in it."""
@@ -210,8 +246,11 @@ def _aborted(kind: str, why: str, details: dict | None = None) -> RewardResult:
     return RewardResult(score=0.0, failure=f"{kind}: {why}", aborted=True, details=details or {})
 
 
-def reward_from_files(files: dict[str, str | None], details: dict | None = None) -> RewardResult:
-    """Harbor's rule: ``reward.json`` (number or ``{"reward": x}``) first, else ``reward.txt``; binarised."""
+def reward_from_files(
+    files: dict[str, str | None], details: dict | None = None, partial_credit: bool = False
+) -> RewardResult:
+    """Harbor's rule: ``reward.json`` (number or ``{"reward": x}``) first, else ``reward.txt``; binarised,
+    or with ``partial_credit`` clamped to [0, 1] (solved, ``tests_passed``, still means >= 1)."""
     details = dict(details or {})
     value: float | None = None
     text_json, text_txt = files.get("reward.json"), files.get("reward.txt")
@@ -237,7 +276,8 @@ def reward_from_files(files: dict[str, str | None], details: dict | None = None)
         return _aborted("reward_file", f"reward is not finite: {value}", details)
     details["raw_reward"] = value
     passed = value >= 1.0
-    return RewardResult(score=1.0 if passed else 0.0, components={"tests_passed": float(passed)},
+    score = min(max(value, 0.0), 1.0) if partial_credit else float(passed)
+    return RewardResult(score=score, components={"tests_passed": float(passed)},
                         failure=None if passed else "tests_failed", details=details)  # fmt: skip
 
 
@@ -262,6 +302,7 @@ class LocalRuntime:
         boot_timeout_s: float = 60.0,
         output_bytes: int = 16384,
         spares: int = 1,
+        outputs_mb: int = 0,
     ) -> None:
         workspace_src, tests_dir = Path(workspace_src), Path(tests_dir)
         if not workspace_src.is_dir():
@@ -277,6 +318,7 @@ class LocalRuntime:
         )
         self.command_timeout_s, self.verify_timeout_s = command_timeout_s, verify_timeout_s
         self.boot_timeout_s, self.output_bytes, self.spares = boot_timeout_s, max(output_bytes, 256), spares
+        self.outputs_mb = outputs_mb
         self.cache = Path(tempfile.mkdtemp(prefix="rufus-harbor-"))
         self._spare: collections.deque[Future[_Box]] = collections.deque()
         self._pool = ThreadPoolExecutor(max(spares, 1), thread_name_prefix="harbor-boot")
@@ -294,10 +336,13 @@ class LocalRuntime:
         """The bubblewrap command of one trajectory's sandbox, serving on socket ``fd``."""
         argv = bwrap_argv(find_bwrap() or "bwrap", fd, self.limits.scratch_mb)
         argv = argv[: argv.index("--")]
-        io_mb = 4 * self.output_bytes // 2**20 + 4
-        for path, perms, mb in (("/app", "0777", self.workspace_mb), ("/tmp", "1777", self.tmp_mb),
-                                ("/dev/shm", "1777", self.tmp_mb),
-                                ("/logs", "0755", 16), (inside.IO, "0700", io_mb)):  # fmt: skip
+        # a saved output passes through IO whole: with an outputs folder, IO is as large as it
+        io_mb = max(4 * self.output_bytes // 2**20 + 4, self.outputs_mb)
+        mounts = [("/app", "0777", self.workspace_mb), ("/tmp", "1777", self.tmp_mb), ("/logs", "0755", 16),
+                  ("/dev/shm", "1777", self.tmp_mb), (inside.IO, "0700", io_mb)]  # fmt: skip
+        if self.outputs_mb > 0:  # after /tmp: a mount point the agent can neither remove nor write
+            mounts.append((inside.OUT, "0755", self.outputs_mb))
+        for path, perms, mb in mounts:
             argv += ["--perms", perms, "--size", str(mb << 20), "--tmpfs", path]
         # an interpreter or venv living under /tmp (a clone there) was bound above and is now hidden by the
         # fresh /tmp: bind it again, read-only
@@ -364,53 +409,3 @@ class LocalRuntime:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def execute_command_tool(
-    session: Session, budget_tokens: int = 512, tokenizer: Any = None, timeout_s: float | None = None
-) -> Any:
-    """The stage's one Strands tool: ``execute_command(command)`` → stdout, ``[stderr]``, ``[exit code]``.
-
-    The text follows strands-env's Harbor tool: stdout, then ``\\n[stderr]: …`` when stderr is non-empty,
-    then ``\\n[exit code]: N`` when it is not 0, or ``(no output)``; a timeout adds ``[timed out after Ns]``.
-    Each stream is cut to ``budget_tokens`` tokens (``tokenizer``'s, else about 4 characters a token) with
-    a visible marker. A non-zero exit is a normal result, not a tool error; a broken sandbox raises
-    ``EnvironmentFailure``, which aborts the episode (:mod:`infra.agents.tools`).
-    """
-    from strands.tools.tools import PythonAgentTool
-
-    from infra.agents.tools import truncate_to_tokens
-
-    def clip(text: str) -> str:
-        if tokenizer is not None:
-            return truncate_to_tokens(text, tokenizer, budget_tokens)[0]
-        limit = 4 * budget_tokens
-        return text if len(text) <= limit else text[:limit] + f"\n[truncated from {len(text)} characters]"
-
-    spec = {
-        "name": "execute_command",
-        "description": "Execute a bash command in the task's environment (working directory /app).",
-        "inputSchema": {"json": {
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "The command, e.g. 'ls -la'."}},
-            "required": ["command"],
-        }},
-    }  # fmt: skip
-
-    def run(tool_use: dict[str, Any], **_: Any) -> dict[str, Any]:
-        command = (tool_use.get("input") or {}).get("command")
-        if not isinstance(command, str) or not command.strip():
-            text = "Error: execute_command needs a non-empty string argument 'command'."
-            return {"toolUseId": tool_use["toolUseId"], "status": "error", "content": [{"text": text}]}
-        res = session.execute(command, timeout_s)
-        text = clip(res.stdout)
-        if res.stderr:
-            text += f"\n[stderr]: {clip(res.stderr)}"
-        if res.timed_out:
-            text += f"\n[timed out after {timeout_s or session.rt.command_timeout_s:g}s]"
-        elif res.exit_code != 0:
-            text += f"\n[exit code]: {res.exit_code}"
-        text = text.strip() or "(no output)"
-        return {"toolUseId": tool_use["toolUseId"], "status": "success", "content": [{"text": text}]}
-
-    return PythonAgentTool("execute_command", spec, run)
