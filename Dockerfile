@@ -18,6 +18,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap && r
 
 WORKDIR /workspace/rufus-recipes
 COPY . /workspace/rufus-recipes
+# Forward slime samples' train_metadata to --loss-type custom_loss (FireFlash score centering;
+# infra/production/slime_patches/README.md). --check fails the build if /root/slime is not the pinned commit.
+RUN git -C /root/slime apply --check /workspace/rufus-recipes/infra/production/slime_patches/train_metadata.patch \
+ && git -C /root/slime apply /workspace/rufus-recipes/infra/production/slime_patches/train_metadata.patch
 # What the stages import is declared once, in pyproject.toml's extras; the image installs
 # .[rewards,dataprep,agents] (infra/production/image.py IMAGE_EXTRAS; tests/test_image_contents.py checks
 # this line and that every module the hooks, stage files and agent loop import is covered). The base

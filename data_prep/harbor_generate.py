@@ -75,7 +75,9 @@ def _lines(values: list[str]) -> str:
 
 
 def _same_lines(path: str, values: list[str]) -> str:
-    return f"printf '%s\\n' {' '.join(shlex.quote(v) for v in values)} | cmp -s - {path}"
+    """``path`` holds exactly these lines; a missing final newline is accepted (an equally correct answer)."""
+    expected = " ".join(shlex.quote(v) for v in values)
+    return f"[ -f {path} ] && printf '%s\\n' {expected} | cmp -s - <(sed -e '$a\\' {path})"
 
 
 def _py(code: str) -> str:
@@ -135,7 +137,7 @@ def _text(rng: random.Random, variant: str) -> Spec:
             "Create a directory named archive and move report.txt into it.",
             {"report.txt": _lines(body)},
             ["mkdir archive && mv report.txt archive/"],
-            ["[ ! -e report.txt ]", _same_lines("archive/report.txt", body)],
+            ["[ ! -e report.txt ] && " + _same_lines("archive/report.txt", body)],  # no credit for deleting
         )
     colors = [rng.choice(COLORS) for _ in range(7)]
     return Spec(

@@ -35,13 +35,15 @@ console = Console()
 
 
 def _mount_subcommands() -> None:
-    """Attach the commands that live beside their packages (decontam, reward code, rollout)."""
+    """Attach the commands that live beside their packages (decontam, reward code, rollout, gates)."""
     from data_prep.cli import decontam
     from infra.agents.cli import rollout
+    from infra.agents.harbor.validate_tasks import validate_tasks
     from rewards.code_cli import score_pairs_cli
 
     app.command("decontam")(decontam)  # a plain command: its usage shows options, no COMMAND
     app.command("rollout")(rollout)
+    app.command("validate-tasks")(validate_tasks)
     reward_app.command("code")(score_pairs_cli)
 
 

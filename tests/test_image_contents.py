@@ -43,6 +43,18 @@ def test_dockerfile_installs_exactly_the_image_extras():
     assert not {"torch", "transformers"} & declared  # the embedded extra (CPU torch) stays out
 
 
+def test_dockerfile_applies_every_slime_patch_after_copying_the_repository():
+    """Each patch under infra/production/slime_patches is applied (checked first) to the image's slime."""
+    text = image.DOCKERFILE.read_text()
+    patches = sorted((REPO_ROOT / "infra" / "production" / "slime_patches").glob("*.patch"))
+    assert patches
+    copy = text.index("COPY . /workspace/rufus-recipes")
+    for patch in patches:
+        target = f"/workspace/rufus-recipes/infra/production/slime_patches/{patch.name}"
+        assert text.index(f"git -C /root/slime apply --check {target}") > copy
+        assert f"git -C /root/slime apply {target}" in text
+
+
 def test_every_import_the_cluster_runs_is_provided(plans):
     roots = image.image_entry_points(plans, STAGES)
     names = {p.relative_to(REPO_ROOT).as_posix() for p in roots}

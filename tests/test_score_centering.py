@@ -557,13 +557,3 @@ def test_agent_rollout_top_k_aligns_with_model_segments() -> None:
     )  # fmt: skip
     sample = fill_sample(None, SlimeShapedSample(), result, sampler_top=(ids, lps))
     assert torch.equal(sample.train_metadata[SAMPLER_TOP_IDS], ids) and sample.response_length == 6
-
-
-def test_agent_generate_refuses_centering_until_the_loop_requests_top_k() -> None:
-    import asyncio
-
-    from infra.agents import slime_generate
-
-    args = SimpleNamespace(agent_env="calculator", rufus_score_centering_top_k=32)
-    with pytest.raises(ValueError, match="top_logprobs_num"):
-        asyncio.run(slime_generate.generate(args, SimpleNamespace(), {}))

@@ -125,7 +125,8 @@ def _text(variant: str, names: random.Random, rng: random.Random, k: int) -> Spe
         f"Move {src} into a new folder {b}.",
         {src: _lines(words[:3])},
         [f"mkdir {b} && mv {src} {b}/"],
-        [f"[ ! -e {src} ]", _same_lines(f"{b}/{src}", words[:3])],
+        # one check: "the source is gone" alone would give partial credit for deleting everything
+        [f"[ ! -e {src} ] && " + _same_lines(f"{b}/{src}", words[:3])],
     )
 
 

@@ -9,8 +9,14 @@ and its ``ToolLimiter`` (tool-call and iteration budgets, raised at a message bo
   model ends a turn by sampling the next role marker (``<|observation|>``, ``<|user|>``); the template
   renders that marker again at the start of the next segment, so the duplicate is dropped and the
   sampled token stays the only copy. It also clamps each call to the trajectory's token budget.
+* :class:`BudgetedClient` records each call (``metrics["calls"]``) with the index of the context it
+  sampled in (``context``; ``metrics["last_context"]`` is the one the trajectory holds) and, with
+  ``ModelEndpoint.top_logprobs_num: k`` (FireFlash score centering), asks SGLang for the top-k log-probs
+  of every sampled token and keeps ``meta_info.output_top_logprobs`` in the record.
 * :class:`ContinuationHook` resumes the invocation with a simulated-user reply (``AfterInvocationEvent
   .resume``), so a multi-turn dialogue is one episode and one token trajectory.
+* :mod:`infra.agents.compression` summarises and restarts the context at a fraction of the window when
+  the environment asks for it (``env.compression``; off otherwise).
 * :func:`run_episode` maps how the loop ended to a typed :class:`Termination`, scores the episode with
   the environment's verifier (never when infrastructure failed) and returns a :class:`RolloutResult`.
 """
@@ -30,6 +36,7 @@ from strands.tools.executors import SequentialToolExecutor
 from strands_sglang import SGLangClient, SGLangModel, ToolLimiter
 from transformers import PreTrainedTokenizerBase
 
+from infra.agents.compression import compressor_for
 from infra.agents.contract import (
     AgentTask,
     ContextBudgetExceeded,
@@ -58,6 +65,12 @@ class ModelEndpoint:
     retry_delay: float = 0.5
     timeout: float | None = 600.0
     extra_sampling: dict[str, Any] = field(default_factory=dict)
+    top_logprobs_num: int | None = None  # ask for each sampled token's top-k log-probs (score centering)
+
+    def __post_init__(self) -> None:
+        k = self.top_logprobs_num
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"ModelEndpoint top_logprobs_num={k!r}: expected an int >= 1 or None")
 
     def stop_token_ids(self) -> list[int]:
         """Return the ids of the GLM turn-ending tokens the tokenizer has."""
@@ -70,15 +83,38 @@ class BudgetedClient:
 
     Each call's ``max_new_tokens`` is cut to what is left of ``max_context_tokens``; a prompt that
     leaves no room raises :class:`ContextBudgetExceeded` before anything is sent. It also records
-    what each call sent and received (lengths, finish reason) for the episode's metrics.
+    what each call sent and received (lengths, finish reason, the index of the model's context: a new
+    one each time compression gives ``model`` a fresh ``rollout``) for the episode's metrics. With
+    ``top_logprobs_num`` every request carries ``return_logprob`` and ``top_logprobs_num`` (top-level
+    fields of SGLang's ``/generate``, which ``SGLangModel`` cannot pass) and the record keeps
+    ``output_top_logprobs`` (per output token, ``[logprob, token_id, text]`` entries; None when the
+    server sent none).
     """
 
-    def __init__(self, client: SGLangClient, max_context_tokens: int, seed: int | None) -> None:
+    def __init__(
+        self,
+        client: SGLangClient,
+        max_context_tokens: int,
+        seed: int | None,
+        top_logprobs_num: int | None = None,
+    ) -> None:
         self.client = client
         self.max_context_tokens = max_context_tokens
         self.seed = seed
+        self.top_logprobs_num = top_logprobs_num
+        self.model: SGLangModel | None = None  # set once the model exists (it is built on this client)
         self.calls: list[dict[str, Any]] = []
         self.last_clamped = False
+        self._contexts = 0
+        self._rollout: Any = None
+
+    def context(self) -> int:
+        """Return the index of the model's current context (its ``rollout`` object), counting from 0."""
+        rollout = None if self.model is None else self.model.rollout
+        if self._contexts == 0 or rollout is not self._rollout:
+            self._contexts += 1
+            self._rollout = rollout
+        return self._contexts - 1
 
     async def is_multimodal(self) -> bool:
         """Text-only: the embedded and GLM text backends take no images."""
@@ -98,14 +134,21 @@ class BudgetedClient:
         if self.seed is not None:
             params["sampling_seed"] = self.seed * 1009 + len(self.calls)
         kwargs["sampling_params"] = params
+        if self.top_logprobs_num is not None:
+            kwargs["return_logprob"] = True
+            kwargs["top_logprobs_num"] = self.top_logprobs_num
+        context = self.context()
         response = await self.client.generate(input_ids=input_ids, **kwargs)
-        self.calls.append(
-            {
-                "input_tokens": len(input_ids),
-                "output_tokens": len(response.get("output_ids", [])),
-                "finish_reason": (response.get("meta_info", {}).get("finish_reason") or {}).get("type"),
-            }
-        )
+        meta = response.get("meta_info", {})
+        record = {
+            "input_tokens": len(input_ids),
+            "output_tokens": len(response.get("output_ids", [])),
+            "finish_reason": (meta.get("finish_reason") or {}).get("type"),
+            "context": context,
+        }
+        if self.top_logprobs_num is not None:
+            record["output_top_logprobs"] = meta.get("output_top_logprobs")
+        self.calls.append(record)
         return response
 
 
@@ -226,7 +269,7 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
         max_retries=endpoint.max_retries,
         retry_delay=endpoint.retry_delay,
     )
-    budget = BudgetedClient(client, limits.max_context_tokens, endpoint.seed)
+    budget = BudgetedClient(client, limits.max_context_tokens, endpoint.seed, endpoint.top_logprobs_num)
     parser = StrictGLMToolParser()
     sampling = {
         "max_new_tokens": limits.max_new_tokens,
@@ -245,10 +288,12 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
         sampling_params=sampling,
         stop_token_ids=endpoint.stop_token_ids(),
     )
+    budget.model = model
     tool_layer = ToolLayer(endpoint.tokenizer, limits, parser.malformed)
     limiter = ToolLimiter(max_tool_iters=limits.max_iterations, max_tool_calls=limits.max_tool_calls)
     continuation = ContinuationHook(env.simulated_user(task))
     system, history, prompt = _split_messages(task)
+    compressor = compressor_for(env, model, len(history) + 1, limits.max_context_tokens)
     error: BaseException | None = None
     try:
         await env.reset(task)
@@ -260,7 +305,7 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
             messages=list(history),  # Strands mutates the list it is given
             tools=tools,
             system_prompt=system or env.system_prompt,
-            hooks=[tool_layer, limiter, continuation, *env.hooks()],
+            hooks=[tool_layer, limiter, continuation, *env.hooks(), *([compressor] if compressor else [])],
             conversation_manager=NullConversationManager(),
             tool_executor=SequentialToolExecutor(),
             callback_handler=None,
@@ -270,7 +315,9 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
             await agent.invoke_async(prompt)
         except Exception as exc:  # noqa: BLE001 - every way the loop ends becomes a typed termination
             error = exc
-        messages = list(agent.messages)[len(history) :]
+        messages = (compressor.conversation(agent.messages) if compressor else list(agent.messages))[
+            len(history) :
+        ]
         termination = termination_from_error(error, context_clamped=budget.last_clamped)
         transcript = transcript_of(messages, system or env.system_prompt)
         if termination.is_infrastructure_failure:
@@ -285,7 +332,7 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
     finally:
         await env.cleanup()
         await client.close()
-    return _build_result(
+    result = _build_result(
         task,
         model,
         budget,
@@ -298,6 +345,9 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
         continuation,
         started,
     )
+    if compressor is not None:
+        result.metrics["compressions"] = compressor.compressions
+    return result
 
 
 def _build_result(
@@ -322,6 +372,7 @@ def _build_result(
     metrics = {
         "model_calls": len(budget.calls),
         "calls": budget.calls,
+        "last_context": budget.context(),  # the calls whose ``context`` is this sampled the trajectory
         "tool_calls": limiter.tool_call_count,
         "tool_iterations": limiter.tool_iter_count,
         "continuations": continuation.continuations,

@@ -27,11 +27,12 @@ log-softmax, at the cost of ``[R, k + 1]`` gathers; slime's no-grad
 ``infra.objectives.policy_loss`` then centres each token's score (see its docstring for how it composes
 with the clip and TIS).
 
-Deviation (transport, documented): the pinned slime hands the loss only a fixed list of rollout keys
+Transport: the pinned slime hands the loss only a fixed list of rollout keys
 (``RolloutManager._split_train_data_by_dp`` and ``forward_step``'s ``get_batch`` keys in
 ``slime/backends/megatron_utils/model.py``), and ``metadata`` is not among them; the rollout metric
-logger must also skip it. Until the image patches those three lists (or slime forwards ``metadata``), a
-stage with centering on fails in this hook with an error naming the missing key instead of training
+logger must also skip it. The image applies ``infra/production/slime_patches/train_metadata.patch``
+(``Dockerfile``; checked against slime's own code by ``tests/contract/test_slime_patches.py``); without
+it a stage with centering on fails in this hook with an error naming the missing key instead of training
 without it. TIS defaults to the paper's [0.5, 2.0] unless the stage sets
 ``policy.tis_clip_low``/``tis_clip_high``.
 """
