@@ -24,6 +24,7 @@ for _name, _module in {
     "if_rubrics": "rewards.instruction_following",
     "awm_verifier": "infra.agents.awm.reward",  # needs the episode's database: the awm environment scores
     "harbor_tests": "infra.agents.harbor.reward",  # replays execute_command calls, then the task's tests
+    "search_judge": "rewards.search_agent",  # gated judge score of a search-agent episode (stage 06)
 }.items():
     declare_provider(_name, _module)
 

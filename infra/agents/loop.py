@@ -246,14 +246,17 @@ def _split_messages(task: AgentTask) -> tuple[str | None, list[dict[str, Any]], 
     return system, history, turns[-1]["content"]
 
 
-def _score(env: AgentEnvironment, task: AgentTask, transcript: list[dict[str, Any]]) -> RewardResult:
+def _score(
+    env: AgentEnvironment, task: AgentTask, transcript: list[dict[str, Any]], termination: Termination
+) -> RewardResult:
+    """Score the episode; the reward sees how it ended (``metadata["termination"]``, e.g. a budget stop)."""
     from rewards.contract import safe_score
 
     request = RewardRequest(
         prompt=[dict(m) for m in task.messages],
         response=final_answer_text(transcript),
         label=task.ground_truth,
-        metadata=dict(task.metadata),
+        metadata={**task.metadata, "termination": termination.value},
         transcript=transcript,
     )
     return safe_score(lambda req: env.score(task, req), request)
@@ -324,7 +327,7 @@ async def run_episode(env: AgentEnvironment, task: AgentTask, endpoint: ModelEnd
             reward_result = None
         else:
             # verifiers block (a sandboxed process per call): off the event loop, so the others go on
-            reward_result = await asyncio.to_thread(_score, env, task, transcript)
+            reward_result = await asyncio.to_thread(_score, env, task, transcript, termination)
             if reward_result.aborted:
                 termination = Termination.ABORTED
     except Exception as exc:  # noqa: BLE001 - env reset/tools failing is an infrastructure abort
