@@ -42,6 +42,10 @@ EMBEDDED_METRICS: dict[str, str] = {
         "Share of held-out Harbor-format terminal tasks whose tests pass (the tiny terminal_agent family; "
         "stands for Terminal-Bench 2.1 / SWE-bench Verified)."
     ),
+    "search_accuracy": (
+        "Share of held-out multi-hop questions over the offline tiny wiki answered correctly with the search "
+        "tools (the tiny search_agent family; stands for BrowseComp / Seal-0 / HLE-Verified)."
+    ),
 }
 
 

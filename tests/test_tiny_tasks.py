@@ -32,6 +32,8 @@ def test_deterministic_and_reference_passes(family, request):
     elif family == tt.harbor.FAMILY:  # its reference commands, run in the sandbox, must pass the task's tests
         request.getfixturevalue("sandbox_ok")
         assert len(tt.harbor.gold_conversations(a)) == len(a)
+    elif family == tt.search.FAMILY:  # its gold plan, run through the real search tools, ends on the answer
+        assert len(tt.search.gold_conversations(a)) == len(a)
     else:
         kept, failures = reference_self_check(a)
         assert len(kept) == len(a), failures

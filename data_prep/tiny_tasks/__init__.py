@@ -2,7 +2,7 @@
 
 Families: ``math``, ``puzzle``, ``science``, ``code``, ``if_multi_constraint``, ``if_multiturn``,
 ``awm_agent`` (AWM-format tool tasks, :mod:`.awm`), ``terminal_agent`` (Harbor-format terminal tasks,
-:mod:`.harbor`). Every
+:mod:`.harbor`), ``search_agent`` (multi-hop questions over a generated offline wiki, :mod:`.search`). Every
 generator returns :class:`TinyTask` records with a reference solution; :func:`generate` picks a family,
 :func:`sft_samples` renders tasks as SFT conversations, and :func:`write_heldout` writes the held-out set
 of any embedded metric so every stage that reports e.g. ``math_acc`` scores the very same rows.
@@ -23,7 +23,7 @@ from types import MappingProxyType
 
 from data_prep.io import write_jsonl
 from data_prep.schema import SFTSample
-from data_prep.tiny_tasks import awm, code, harbor, instructions, math, puzzles, science
+from data_prep.tiny_tasks import awm, code, harbor, instructions, math, puzzles, science, search
 from data_prep.tiny_tasks.common import TinyTask, rng_for
 
 TaskGenerator = Callable[..., list[TinyTask]]
@@ -37,6 +37,7 @@ _GENERATORS: dict[str, TaskGenerator] = {
     "if_multiturn": instructions.multi_turn,
     awm.FAMILY: awm.generate,
     harbor.FAMILY: harbor.generate,
+    search.FAMILY: search.generate,
 }
 # Embedded metric -> the families its held-out set draws from.
 _METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -49,6 +50,7 @@ _METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
     "if_multiturn_rubrics": ("if_multiturn",),
     awm.METRIC: (awm.FAMILY,),
     harbor.METRIC: (harbor.FAMILY,),
+    search.METRIC: (search.FAMILY,),
 }
 
 #: Read-only views of the registries (family -> generator, embedded metric -> families).
