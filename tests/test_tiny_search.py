@@ -184,7 +184,7 @@ def test_rows_name_the_world_and_carry_the_gold() -> None:
         assert [m["role"] for m in task.prompt] == ["system", "user"] and task.prompt[1]["content"] == q[
             "question"
         ]
-        assert task.answer == f"<answer>{q['answer']}</answer>" and meta["limits"]["max_tool_calls"] == 8
+        assert task.answer == f"<answer>{q['answer']}</answer>" and meta["limits"]["max_tool_calls"] == 9
 
 
 def test_answers_cannot_be_read_off_the_question() -> None:

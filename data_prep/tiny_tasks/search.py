@@ -40,7 +40,9 @@ TOOLS_ENABLED = ["web_search", "web_scrape"]
 #: 60-character snippet shows a page's fact-free lead, so the facts need a scrape; pages fit the budget.
 TOOLS_CONFIG = {"results": 3, "snippet_chars": 60, "page_budget_tokens": 160}
 #: Episode budgets at the embedded scale: a search and a scrape per hop (4 hops at most), then the answer.
-LIMITS = {**AGENT_LIMITS, "max_tool_calls": 8, "max_iterations": 8, "max_context_tokens": 2048}
+#: The tool limiter ends an episode once the last allowed call's result is back, so 8 calls need a budget
+#: of 9 for the answering turn to happen.
+LIMITS = {**AGENT_LIMITS, "max_tool_calls": 9, "max_iterations": 9, "max_context_tokens": 2048}
 SYSTEM_PROMPT = (
     "Search each name with web_search, read its page with web_scrape, and follow the facts. "
     "Answer as <answer>...</answer>."
@@ -58,9 +60,9 @@ def _pool(seed: int, split: str) -> list[dict[str, Any]]:
     return pool
 
 
-def _row(q: dict[str, Any], root: Path, task_id: str) -> TinyTask:
+def _row(q: dict[str, Any], root: Path, task_id: str, options: Any) -> TinyTask:
     from infra.agents.contract import AgentTask, EpisodeLimits
-    from infra.environments.agent import AgentOptions, task_row
+    from infra.environments.agent import task_row
 
     label = {"answer": q["answer"], "aliases": list(q["aliases"])}
     meta = {
@@ -78,8 +80,6 @@ def _row(q: dict[str, Any], root: Path, task_id: str) -> TinyTask:
         id=task_id, messages=messages, tools=TOOLS_ENABLED, ground_truth=label,
         limits=EpisodeLimits(**LIMITS), metadata=meta,
     )  # fmt: skip
-    # search_tiny is written separately: its spec is checked when a stage loads the row, not here.
-    options = AgentOptions.model_construct(env=ENV)
     row = task_row(task, options, reward=REWARD)
     meta = {**row.metadata, "family": FAMILY, "source": "tiny_tasks", "category": "General Agent"}
     return TinyTask(task_id, messages, label, meta, "", f"<answer>{q['answer']}</answer>")
@@ -87,14 +87,17 @@ def _row(q: dict[str, Any], root: Path, task_id: str) -> TinyTask:
 
 def generate(n: int, seed: int, split: str = "train") -> list[TinyTask]:
     """Return ``n`` questions of ``split`` (cycling with an ``-rK`` id suffix past the end of the pool)."""
+    from infra.environments.agent import AgentOptions
+
     check_split(split)
     root = world_root()
+    options = AgentOptions(env=ENV)  # checks the spec once: search_tiny loads
     pool = _pool(seed, split)
     out = []
     for i in range(n):
         q = pool[i % len(pool)]
         suffix = f"-r{i // len(pool)}" if i >= len(pool) else ""
-        out.append(_row(q, root, f"search-{q['id']}{suffix}"))
+        out.append(_row(q, root, f"search-{q['id']}{suffix}", options))
     return out
 
 

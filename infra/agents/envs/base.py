@@ -27,6 +27,8 @@ ENVIRONMENTS: dict[str, str] = {
     "harbor": "infra.agents.harbor.env:HarborEnv",
     "awm_tiny": "data_prep.tiny_tasks.awm_env:TinyAwmEnv",  # the embedded scale's generated release
     "harbor_tiny": "data_prep.tiny_tasks.harbor_env:TinyHarborEnv",  # the embedded scale's terminal tasks
+    "search": "infra.agents.search.env:SearchEnv",
+    "search_tiny": "data_prep.tiny_tasks.search_env:TinySearchEnv",  # the embedded scale's offline world
 }
 #: Environments registered at run time (a stage folder's ``env.py``), by short name.
 _REGISTERED: dict[str, type[AgentEnvironment]] = {}
