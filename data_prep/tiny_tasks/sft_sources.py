@@ -4,9 +4,10 @@ No hub exists at the embedded scale, so :func:`write_embedded_sources` writes on
 the formats the SFT builder converts (ShareGPT ``conversations`` with Hermes tool calls, OpenAI
 ``messages`` with structured tool calls/results and separate or inline reasoning, prompt/response with a
 ``reasoning`` field), plus calculator and test-runner tool chats, AWM tool-task trajectories
-(:mod:`.awm`) and Harbor terminal-task trajectories (:mod:`.harbor`). Every file is sprinkled with malformed
-rows (:data:`MALFORMED`) that the builder must drop and count, and tasks are screened against the
-held-out sets first (:func:`screened_tasks`) so each family keeps its size.
+(:mod:`.awm`), Harbor terminal-task trajectories (:mod:`.harbor`) and search trajectories
+(:mod:`.search`). Every file is sprinkled with malformed rows (:data:`MALFORMED`) that the builder must
+drop and count, and tasks are screened against the held-out sets first (:func:`screened_tasks`) so each
+family keeps its size.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from data_prep.decontam_pipeline import row_text
 from data_prep.decontaminate import PhraseIndex, scan_texts
 from data_prep.io import atomic_write_text
 from data_prep.sources import SourceSpec, local_source
-from data_prep.tiny_tasks import TinyTask, awm, generate, harbor
+from data_prep.tiny_tasks import TinyTask, awm, generate, harbor, search
 from data_prep.tiny_tasks.code import run_reference
 from data_prep.tiny_tasks.rl_prep import screened_messages
 
@@ -188,6 +189,7 @@ SOURCE_FILES: dict[str, tuple[str, str, Callable[[str, Any, int], dict]]] = {
     "test_runner": ("sharegpt_test_runner", "sharegpt", _test_runner_row),
     "awm_agent": ("openai_awm_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
     "terminal_agent": ("openai_terminal_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
+    "search_agent": ("openai_search_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
 }
 CATEGORY = {
     **FAMILY_CATEGORY,
@@ -195,6 +197,7 @@ CATEGORY = {
     "test_runner": "Coding Agent",
     "awm_agent": "General Agent",
     "terminal_agent": "Coding Agent",
+    "search_agent": "General Agent",
 }
 
 
@@ -228,7 +231,7 @@ def write_embedded_sources(
 
     ``params`` is the SFT stage's ``data`` section: ``families`` (count per family),
     ``calculator_conversations``, ``test_runner_conversations``, ``awm_conversations``,
-    ``terminal_conversations``, ``oversample`` and ``malformed_every``.
+    ``terminal_conversations``, ``search_conversations``, ``oversample`` and ``malformed_every``.
     """
     screen: dict[str, dict[str, int]] = {}
 
@@ -248,8 +251,11 @@ def write_embedded_sources(
     agent = pick("awm_agent", awm.FAMILY, n_awm, seed, unique) if n_awm else []
     n_term = getattr(params, "terminal_conversations", 0)
     term = pick("terminal_agent", harbor.FAMILY, n_term, seed, unique) if n_term else []
+    n_search = getattr(params, "search_conversations", 0)
+    hunt = pick("search_agent", search.FAMILY, n_search, seed, unique) if n_search else []
     items = {**fam, "calculator": calls, "test_runner": code_fn, "awm_agent": awm.gold_conversations(agent),
-             "terminal_agent": harbor.gold_conversations(term)}  # fmt: skip
+             "terminal_agent": harbor.gold_conversations(term),
+             "search_agent": search.gold_conversations(hunt)}  # fmt: skip
     specs, info, total = [], {}, {}
     for family, (name, fmt, build) in SOURCE_FILES.items():
         if not items.get(family):

@@ -84,6 +84,9 @@ class Params(BaseModel):
     terminal_conversations: int = Field(
         0, ge=0, description="Embedded Coding Agent Harbor terminal-task trajectories."
     )
+    search_conversations: int = Field(
+        0, ge=0, description="Embedded General Agent search trajectories over the tiny wiki (stage 06)."
+    )
     oversample: int = Field(12, ge=1, description="Embedded: generate up to this × n to survive screens.")
     malformed_every: int = Field(40, ge=2, description="Embedded: one malformed row per this many.")
     workers: int = Field(1, ge=1)
