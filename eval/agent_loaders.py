@@ -1,5 +1,5 @@
 """Row parsers of the agentic benchmarks' public formats (MCP-Atlas, Tau2-Bench, SWE-bench Verified,
-Terminal-Bench 2.1) for ``eval.loaders``.
+Terminal-Bench 2.1, and the search benchmarks BrowseComp, Seal-0, HLE-Verified) for ``eval.loaders``.
 
 Each parser turns one record into an :class:`eval.loaders.EvalItem`; ``eval.loaders.load`` reads the files
 and drops and counts what a parser rejects (:class:`eval.loaders.BadRecord`), naming file and line.
@@ -25,11 +25,21 @@ needs only the field shapes.
   ``tests/test.sh``): a directory is read one task folder per record (:func:`task_dir_records`), parsed by
   the Harbor task loader (``infra.agents.harbor.task``); a folder that does not load is dropped, its error
   naming the folder, file and key.
+* BrowseComp (openai/simple-evals ``browse_comp_test_set.csv``): ``problem`` and ``answer`` are base64 of
+  the text XOR-ed with the SHA-256 of the row's ``canary`` (simple-evals ``browsecomp_eval.decrypt``),
+  ``problem_topic``; the id is a hash of the decrypted problem (the file has none).
+* SealQA Seal-0 (HF ``vtllms/sealqa``, config ``seal_0``, ``seal-0.parquet``): ``question``, ``answer`` and
+  descriptive columns (``topic``, ``freshness``, ...) kept as meta when present.
+* HLE-Verified (Gold split, JSONL in the HLE row format): ``id``, ``question``, ``answer``, ``answer_type``,
+  ``image``; a question with an image is dropped (RA uses the text-only Gold questions).
 """
 
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -282,10 +292,65 @@ def terminal_bench(row: Record) -> EvalItem:
     )
 
 
+def browsecomp_decrypt(ciphertext: str, canary: str) -> str:
+    """Decrypt one BrowseComp field: base64, XOR-ed with the repeated SHA-256 digest of the row's canary."""
+    raw = base64.b64decode(ciphertext, validate=True)
+    key = hashlib.sha256(canary.encode()).digest()
+    return bytes(b ^ key[i % len(key)] for i, b in enumerate(raw)).decode("utf-8")
+
+
+def _qa_item(qid: str, question: str, answer: str, meta: dict[str, Any]) -> EvalItem:
+    return EvalItem(id=qid, messages=[{"role": "user", "content": question}], reference={"answer": answer},
+                    meta=meta)  # fmt: skip
+
+
+def browsecomp(row: Record) -> EvalItem:
+    """BrowseComp CSV row -> the decrypted problem; reference = the decrypted short answer."""
+    canary = _text(row, "canary")
+    try:
+        problem = browsecomp_decrypt(_text(row, "problem"), canary).strip()
+        answer = browsecomp_decrypt(_text(row, "answer"), canary).strip()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise BadRecord(
+            f"problem/answer do not decrypt with the row's canary ({type(exc).__name__})"
+        ) from exc
+    if not problem or not answer:
+        raise BadRecord("empty problem or answer after decryption")
+    qid = "browsecomp-" + hashlib.sha256(problem.encode()).hexdigest()[:16]
+    return _qa_item(qid, problem, answer, {"topic": str(row.get("problem_topic") or "")})
+
+
+def _row_id(row: Record, prefix: str, question: str) -> str:
+    ident = row.get("id")
+    if isinstance(ident, (str, int)) and not isinstance(ident, bool) and str(ident).strip():
+        return str(ident).strip()
+    return f"{prefix}-" + hashlib.sha256(question.encode()).hexdigest()[:16]
+
+
+def sealqa(row: Record) -> EvalItem:
+    """SealQA row -> the question; reference = the gold answer; descriptive columns kept as meta."""
+    question, answer = _text(row, "question").strip(), _text(row, "answer").strip()
+    keys = ("topic", "freshness", "question_types", "effective_year", "canary")
+    meta = {k: row[k] if isinstance(row[k], (str, int, float)) else str(row[k]) for k in keys if k in row}
+    return _qa_item(_row_id(row, "seal0", question), question, answer, meta)
+
+
+def hle_verified(row: Record) -> EvalItem:
+    """HLE-Verified Gold row -> the question; reference = the answer and its type; image questions dropped."""
+    if row.get("image"):
+        raise BadRecord("question has an image (RA uses the text-only Gold questions)")
+    question, answer = _text(row, "question").strip(), _text(row, "answer").strip()
+    meta = {"answer_type": str(row.get("answer_type") or ""), "category": str(row.get("category") or "")}
+    return _qa_item(_row_id(row, "hlev", question), question, answer, meta)
+
+
 #: Row parser of each agentic loader name used in ``eval.registry`` (added to ``eval.loaders.LOADERS``).
 AGENT_LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "mcp_atlas": mcp_atlas,
     "tau2_retail": tau2("retail"),
     "swe_bench_verified": swe_bench_verified,
     "terminal_bench_2_1": terminal_bench,
+    "browsecomp": browsecomp,
+    "sealqa": sealqa,
+    "hle_verified": hle_verified,
 }

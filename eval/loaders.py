@@ -281,7 +281,7 @@ LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "gpqa": _gpqa,
     "aime": _aime,
     "livecodebench": _livecodebench,
-    **AGENT_LOADERS,  # MCP-Atlas, Tau2, SWE-bench Verified, Terminal-Bench 2.1 (eval.agent_loaders)
+    **AGENT_LOADERS,  # the agent benchmarks (MCP-Atlas … Terminal-Bench, BrowseComp, Seal-0, HLE-Verified)
 }
 
 

@@ -15,7 +15,10 @@ from eval.registry import BENCHMARKS, EMBEDDED_METRICS, column_for, for_embedded
 from infra.config import BenchmarkRoles
 
 FIX = Path(__file__).parent / "fixtures" / "eval"
-STAGES = ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl", "04_general_agent", "05_coding_agent"]
+STAGES = [
+    "00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl", "04_general_agent", "05_coding_agent",
+    "06_search_agent",
+]  # fmt: skip
 STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
 
 
@@ -28,7 +31,7 @@ def for_stage(stage: str) -> BenchmarkRoles:
 def test_registry_covers_the_papers_benchmarks():
     expected = (
         "ifeval ifbench multichallenge advancedif gpqa_diamond aime25 aime26 livecodebench_v6"
-        " mcp_atlas tau2_retail swe_bench_verified terminal_bench_2_1"
+        " mcp_atlas tau2_retail swe_bench_verified terminal_bench_2_1 browsecomp seal_0 hle_verified"
     )
     assert set(BENCHMARKS) == set(expected.split())
     for b in BENCHMARKS.values():

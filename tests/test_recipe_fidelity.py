@@ -1,4 +1,4 @@
-"""Every number of recipe-facts §00–§05 (RA Table 16 and §3.1–§3.6) is pinned in the stage configs.
+"""Every number of recipe-facts §00–§06 (RA Table 16 and §3.1–§3.7) is pinned in the stage configs.
 
 These read the production profile of each launch.yaml: the embedded profile only resizes, and
 test_config checks that it keeps the algorithm.
@@ -146,7 +146,35 @@ def test_05_coding_agent_table16_and_section_3_6():
     assert {k for k, v in res.items() if v[2]} == {"AIME 26", "IFEval", "LiveCodeBench"}
 
 
-STAGE_IDS = ["00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl", "04_general_agent", "05_coding_agent"]
+def test_06_search_agent_table16_and_section_3_7():
+    s = _stage("06_search_agent").config
+    r, p = s.rl.rollout, s.rl.policy
+    assert s.optimizer.lr == 3e-6 and s.optimizer.schedule == "constant"
+    assert s.production.nodes == 16 and s.production.rollout_routing_replay
+    assert (r.prompts_per_step, r.samples_per_prompt, r.steps_per_rollout) == (32, 16, 2)  # global batch 256
+    assert (r.max_response_tokens, r.max_context_tokens) == (32768, 131072)  # 32K/turn, 128K/trajectory
+    assert (p.estimator, p.advantage, p.loss_reduction) == ("grpo", "mean_only", "sequence")
+    assert p.kl_coef == 1e-3 and p.entropy_coef == 0.0
+    assert s.reward == "search_judge" and "max_tool_calls=100," in s.rl.environment.options["env"]
+    assert (s.data["tool_free_samples"], s.data["tool_samples"]) == (8, 8)
+    assert s.data["judge_server"]["model"] == "Qwen/Qwen3-32B"  # RA's training judge
+    res = _results(_stage("06_search_agent"))
+    assert res == {
+        "BrowseComp": (34.2, 37.2, False),
+        "Seal-0": (48.6, 54.0, False),
+        "HLE-Verified": (47.7, 51.1, False),
+    }
+
+
+STAGE_IDS = [
+    "00_sft",
+    "01_reasoning_rl",
+    "02_coding_rl",
+    "03_if_rl",
+    "04_general_agent",
+    "05_coding_agent",
+    "06_search_agent",
+]
 
 
 @pytest.mark.parametrize("name", STAGE_IDS)

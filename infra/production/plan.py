@@ -385,11 +385,28 @@ def execute_plan(plans: list[StagePlan], *, only_where: str = "head") -> None:
             subprocess.run(argv, check=True)
 
 
+def recipe_with_stage(stage_id: str) -> Path:
+    """The production recipe whose stage list names ``stage_id``.
+
+    ``recipes/rufus-air.yaml`` first, then the variant recipes (``recipes/rufus-air-*.yaml``, e.g. the
+    FireFlash one that swaps in stage 05's variant).
+    """
+    import yaml
+
+    for path in [DEFAULT_RECIPE, *sorted(DEFAULT_RECIPE.parent.glob("rufus-air-*.yaml"))]:
+        stages = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages") or []
+        names = [Path(s if isinstance(s, str) else s.get("stage", "")).name for s in stages]
+        if stage_id in names:
+            return path
+    raise KeyError(f"no production recipe in {DEFAULT_RECIPE.parent} names stage {stage_id!r}")
+
+
 def render_stage_command_text(
     stage_id: str, recipe: Path | None = None, cluster: ClusterProfile | None = None
 ) -> str:
-    """The bash runbook of one stage of ``recipes/rufus-air.yaml`` (for the stage README)."""
-    loaded = load_recipe(recipe or DEFAULT_RECIPE, profile="production")
+    """The bash runbook of one stage (for the stage README), from ``recipe`` or the recipe that names it."""
+    recipe = recipe or recipe_with_stage(stage_id)
+    loaded = load_recipe(recipe, profile="production")
     for p in render_plan(loaded, cluster):
         if p.stage == stage_id:
             evals = [s for s in p.steps if s.name.startswith("eval_")]
@@ -399,7 +416,15 @@ def render_stage_command_text(
                 text += (
                     f"# then {len(evals)} evaluation steps score the input and output checkpoints on the"
                     " stage's paper benchmarks\n# (SGLang server + lm-evaluation-harness or the benchmark's"
-                    " own scorer): `rufus plan recipes/rufus-air.yaml` prints them.\n"
+                    f" own scorer): `rufus plan {_shown(recipe)}` prints them.\n"
                 )
             return text
-    raise KeyError(f"no stage {stage_id!r} in {recipe or DEFAULT_RECIPE}")
+    raise KeyError(f"no stage {stage_id!r} in {recipe}")
+
+
+def _shown(recipe: Path) -> str:
+    """``recipe`` relative to the repository when it is inside it."""
+    try:
+        return str(recipe.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(recipe)

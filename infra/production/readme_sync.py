@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from infra.production.plan import DEFAULT_RECIPE, REPO_ROOT, render_stage_command_text
+from infra.production.plan import DEFAULT_RECIPE, REPO_ROOT, recipe_with_stage, render_stage_command_text
 
 HEADING = "## Production command"
 STAGES_ROOT = REPO_ROOT / "stages"
@@ -71,16 +71,21 @@ def replace_section(readme: str, section: str) -> str:
 
 
 def sync_readmes(
-    recipe: Path = DEFAULT_RECIPE, stages_root: Path = STAGES_ROOT, *, write: bool = True
+    recipe: Path | None = None, stages_root: Path = STAGES_ROOT, *, write: bool = True
 ) -> list[Path]:
-    """READMEs whose production section was stale (rewritten when ``write``); raises on a missing README."""
+    """READMEs whose production section was stale (rewritten when ``write``); raises on a missing README.
+
+    Each stage is rendered from ``recipe``, or by default from the production recipe that names it
+    (:func:`~infra.production.plan.recipe_with_stage`: a variant stage from its variant recipe).
+    """
     stale = []
     for folder in stage_folders(stages_root):
         readme = folder / "README.md"
         if not readme.is_file():
             raise FileNotFoundError(f"{readme}: stage README missing")
         text = readme.read_text(encoding="utf-8")
-        section = production_section(render_stage_command_text(folder.name, recipe), recipe)
+        source = recipe or recipe_with_stage(folder.name)
+        section = production_section(render_stage_command_text(folder.name, source), source)
         new = replace_section(text, section)
         if new != text:
             stale.append(readme)
@@ -92,7 +97,7 @@ def sync_readmes(
 def main(argv: list[str] | None = None) -> int:
     """CLI: rewrite stale sections (or, with ``--check``, list them and exit 1)."""
     ap = argparse.ArgumentParser(prog="python -m infra.production.readme_sync", description=__doc__)
-    ap.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE)
+    ap.add_argument("--recipe", type=Path, default=None, help="default: the recipe that names each stage")
     ap.add_argument("--check", action="store_true", help="report stale READMEs, write nothing")
     args = ap.parse_args(argv)
     stale = sync_readmes(args.recipe, write=not args.check)
