@@ -4,7 +4,7 @@
 layout (see :mod:`infra.agents.harbor.task`): ``instruction.md``, ``task.toml`` (schema 1.4, no network),
 ``environment/Dockerfile`` + ``environment/files/`` (the starting ``/app``), ``tests/test.sh`` (checks the
 final ``/app`` with coreutils and python3, writes 1, 0 or a partial score to ``/logs/verifier/reward.txt``
-(:func:`_test_sh`), downloads nothing)
+(:func:`data_prep.harbor_verifier.test_sh`), downloads nothing)
 and ``solution/solve.sh`` (one or two commands). The Dockerfile is documentary (``FROM python:3.11-slim``
 plus a COPY of the files): the local runtime reproduces it from the files and the host's tools.
 
@@ -24,11 +24,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from data_prep.harbor_verifier import initial_passes, test_sh
 from infra.agents.harbor.task import HARBOR_SCHEMA_VERSION, load_task, structural_problems
 
 NAMES = [
@@ -355,69 +355,16 @@ COPY files/ /app/
 """
 
 
-def initial_passes(spec: Spec) -> list[bool]:
-    """Which of ``spec``'s checks already pass on the untouched workspace (run in a temporary copy).
-
-    These are OUR OWN generated checks (trusted, written by this module), run as plain subprocesses outside
-    the project sandbox, like the generator self-check in ``tests/test_harbor_task.py``.
-    """
-    with tempfile.TemporaryDirectory(prefix="harbor-initial-") as tmp:
-        app = Path(tmp)
-        for rel, text in spec.files.items():
-            (app / rel).parent.mkdir(parents=True, exist_ok=True)
-            (app / rel).write_text(text)
-        return [
-            subprocess.run(["bash", "-c", c], cwd=app, capture_output=True, timeout=30).returncode == 0
-            for c in spec.checks
-        ]
-
-
-def _test_sh(name: str, checks: list[str], guards: list[bool]) -> str:
-    """The verifier: SWE-style scoring of the checks, each a function run in its own subshell.
-
-    A check that already passes on the starting workspace is a guard (pass-to-pass: a protected file, data
-    that must survive): if any guard fails the reward is 0. The other checks (fail-to-pass) are graded:
-    1 when all pass, else the fraction that pass — FireFlash's partial credit, which binary rewards read as
-    a fail. Doing nothing therefore scores exactly 0.
-    """
-    graded = [i for i, g in enumerate(guards) if not g]
-    if not graded:
-        raise ValueError(f"{name}: every check passes on the starting workspace; nothing to solve")
-    funcs = "".join(f"check_{i}() {{\n{c}\n}}\n" for i, c in enumerate(checks))
-    guard_calls = " ".join(f"check_{i}" for i, g in enumerate(guards) if g)
-    graded_calls = " ".join(f"check_{i}" for i in graded)
-    return f"""#!/bin/bash
-# Verifier for {name} (data_prep.harbor_generate): checks the final state of the working directory
-# (/app) with coreutils and python3, offline. Guards (checks that pass on the starting files) must all
-# still pass, else 0; then 1 when every graded check passes, else the fraction of graded checks that
-# pass, written to /logs/verifier/reward.txt (binary rewards read anything below 1 as a fail).
-{funcs}mkdir -p /logs/verifier
-for c in {guard_calls}; do
-  if ! ( "$c" ) >/dev/null 2>&1; then echo 0 > /logs/verifier/reward.txt; exit 0; fi
-done
-passed=0
-for c in {graded_calls}; do
-  if ( "$c" ) >/dev/null 2>&1; then passed=$((passed + 1)); fi
-done
-if [ "$passed" -eq {len(graded)} ]; then
-  echo 1 > /logs/verifier/reward.txt
-elif [ "$passed" -eq 0 ]; then
-  echo 0 > /logs/verifier/reward.txt
-else
-  awk -v p="$passed" 'BEGIN {{ printf "%.4f\\n", p / {len(graded)} }}' > /logs/verifier/reward.txt
-fi
-"""
-
-
 def write_task(task_dir: Path, task: TinyTask, seed: int, index: int) -> None:
     """Write ``task`` as a Harbor task dir (replacing ``task_dir``)."""
+    guards = initial_passes(task.spec.files, task.spec.checks)
     if task_dir.exists():
         shutil.rmtree(task_dir)
     files = {
         "instruction.md": task.spec.instruction + "\n",
         "task.toml": _task_toml(task_dir.name, task, seed, index),
         "environment/Dockerfile": _DOCKERFILE,
-        "tests/test.sh": _test_sh(task_dir.name, task.spec.checks, initial_passes(task.spec)),
+        "tests/test.sh": test_sh(task_dir.name, task.spec.checks, guards),
         "solution/solve.sh": "#!/bin/bash\n# Reference solution; runs in the working directory (/app).\n"
         + "".join(f"{c}\n" for c in task.spec.solution),
         **{f"environment/files/{rel}": text for rel, text in task.spec.files.items()},

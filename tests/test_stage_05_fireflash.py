@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from data_prep.agent_filters import PassCount, filter_band, record
-from data_prep.harbor_generate import Spec, TinyTask, initial_passes, write_task
+from data_prep.harbor_generate import Spec, TinyTask, write_task
 from data_prep.harbor_stage import Learnability, learnability
+from data_prep.harbor_verifier import initial_passes
 from data_prep.manifest import Manifest
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks.harbor_specs import make_task
@@ -155,7 +156,7 @@ def test_partial_credit_guards_and_graded_checks(tmp_path: Path) -> None:
         ["echo 'print(6 // 3)' > calc.py"],
         ["python3 calc.py >/dev/null 2>&1", '[ "$(python3 calc.py)" = 2 ]', "grep -qx keep data.txt"],
     )
-    assert initial_passes(spec) == [False, False, True]  # the data check is a guard
+    assert initial_passes(spec.files, spec.checks) == [False, False, True]  # the data check is a guard
     write_task(tmp_path / "t", TinyTask("python", "x", spec), 0, 0)
     assert _verify(tmp_path / "t", tmp_path / "w0", []) == "0"  # doing nothing
     assert _verify(tmp_path / "t", tmp_path / "w1", spec.solution) == "1"
@@ -170,5 +171,6 @@ def test_tiny_python_and_config_tasks_have_two_graded_checks() -> None:
     by_kind: dict[str, set[int]] = {}
     for i in range(40):
         task = make_task(0, i)
-        by_kind.setdefault(task.kind, set()).add(initial_passes(task.spec).count(False))
+        graded = initial_passes(task.spec.files, task.spec.checks).count(False)
+        by_kind.setdefault(task.kind, set()).add(graded)
     assert by_kind["python"] == {2} and 2 in by_kind["config"] and by_kind["text"] >= {1}

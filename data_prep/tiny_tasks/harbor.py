@@ -64,10 +64,10 @@ DONE = "Done."
 
 
 def _code_key() -> str:
-    from data_prep import harbor_generate
+    from data_prep import harbor_generate, harbor_verifier
     from data_prep.tiny_tasks import harbor_specs
 
-    return code_key(harbor_generate, harbor_specs)
+    return code_key(harbor_generate, harbor_verifier, harbor_specs)
 
 
 def tiny_tasks_root() -> Path:

@@ -5,7 +5,7 @@ learnability → ``templates.json``) with FireFlash's learnability rule: keep a 
 training conditions lies in [15%, 85%] over at least 4 scored episodes of the input policy
 (``data.learnability.rule: band``). A task author checks a task folder with FireFlash's nine validation
 gates by ``rufus validate-tasks DIR`` (:mod:`infra.agents.harbor.validate_tasks`) before it enters a source.
-Embedded: the tiny Harbor tasks, whose tests give partial credit (:func:`data_prep.harbor_generate._test_sh`);
+Embedded: the tiny Harbor tasks, whose tests give partial credit (:func:`data_prep.harbor_verifier.test_sh`);
 the band filter is skipped there (``filter_samples: 0``) because the micro policy solves almost none.
 """
 
