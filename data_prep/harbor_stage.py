@@ -22,9 +22,8 @@ from data_prep import agent_filters, harbor_sources
 from data_prep.harbor_sources import HarborSource, TemplateResources
 from data_prep.io import atomic_write_text, sha256_file
 from data_prep.manifest import Manifest
-from data_prep.rl_stage import benchmark_items, prepare_prompts, screen_against_evals
+from data_prep.rl_stage import benchmark_items, prepare_prompts, screen_against_evals, tiny_agent_rows
 from data_prep.schema import PromptRow
-from data_prep.tiny_tasks.common import is_repeat
 from infra.agents.contract import AgentTask
 from infra.agents.harbor.task import HarborTask
 from infra.environments.agent import AgentOptions, task_row
@@ -87,19 +86,12 @@ def prepare_harbor_stage(ctx: Any, stage_file: str | Path) -> dict[str, Any]:
 def _embedded_rows(
     params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest
 ) -> list[PromptRow]:
-    from data_prep.tiny_tasks import generate
     from data_prep.tiny_tasks import harbor as tiny
-    from data_prep.tiny_tasks.rl_prep import heldout_benchmarks
 
-    root = tiny.tiny_tasks_root()
-    manifest.add_source(
-        {"name": "data_prep.tiny_tasks.harbor", "license": "generated", "tasks": str(root),
-         "note": "Harbor-format terminal tasks generated offline (no hub at this scale)"}
-    )  # fmt: skip
-    tasks = [t for t in generate(tiny.FAMILY, params.train_tasks or 1, seed, "train") if not is_repeat(t.id)]
-    manifest.step("generated", len(tasks), rule="data_prep.tiny_tasks.harbor train split")
-    items = heldout_benchmarks(heldout)
-    rows = screen_against_evals([t.prompt_row() for t in tasks], heldout, items, manifest)
+    root = str(tiny.tiny_tasks_root())
+    source = {"name": "data_prep.tiny_tasks.harbor", "license": "generated", "tasks": root,
+              "note": "Harbor-format terminal tasks generated offline (no hub at this scale)"}  # fmt: skip
+    rows = tiny_agent_rows(tiny.FAMILY, params.train_tasks or 1, seed, heldout, manifest, source)
     manifest.step(
         "learnability", len(rows), skipped=True,
         reason="filter_samples is 0: the embedded budget goes to training; DAPO's nonzero-std filter drops "

@@ -262,6 +262,23 @@ def screened_tiny_tasks(
     return tasks
 
 
+def tiny_agent_rows(
+    family: str, n: int, seed: int, heldout: dict[str, Path], manifest: Manifest, source: dict[str, Any]
+) -> list[PromptRow]:
+    """Rows of ``n`` train tasks of a tiny agent family (repeats dropped), screened against the held-out sets.
+
+    ``source`` is the family's manifest source entry; its ``name`` (the generating module) names the step.
+    """
+    from data_prep.tiny_tasks import generate
+    from data_prep.tiny_tasks.common import is_repeat
+
+    manifest.add_source(source)
+    tasks = [t for t in generate(family, n or 1, seed, "train") if not is_repeat(t.id)]
+    manifest.step("generated", len(tasks), rule=f"{source['name']} train split")
+    rows = [t.prompt_row() for t in tasks]
+    return screen_against_evals(rows, heldout, heldout_benchmarks(heldout), manifest)
+
+
 def cap_families(
     rows: list[PromptRow], caps: dict[str, int], manifest: Manifest, step: str
 ) -> list[PromptRow]:

@@ -34,10 +34,10 @@ from data_prep import agent_filters, miroverse, search_filters
 from data_prep.io import write_jsonl
 from data_prep.manifest import Manifest
 from data_prep.miroverse import HELDOUT_FRACTION, MiroVerseSource, check_pinned, heldout_split, load_miroverse
-from data_prep.rl_stage import benchmark_items, prepare_prompts, screen_against_evals
+from data_prep.rl_stage import benchmark_items, prepare_prompts, screen_against_evals, tiny_agent_rows
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import search as tiny
-from data_prep.tiny_tasks.rl_prep import heldout_benchmarks, prompt_text, rows_to_jsonl
+from data_prep.tiny_tasks.rl_prep import prompt_text, rows_to_jsonl
 from infra.layering import ConfigError
 
 REWARD = "search_judge"
@@ -109,18 +109,9 @@ def prepare(ctx: Any) -> dict[str, Any]:
 def _embedded_rows(
     params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest
 ) -> list[PromptRow]:
-    from data_prep.tiny_tasks import generate
-
-    root = tiny.world_root()
-    manifest.add_source(
-        {"name": "data_prep.tiny_tasks.search", "license": "generated", "world": str(root),
-         "note": "multi-hop questions over a generated offline wiki (no web at this scale)"}
-    )  # fmt: skip
-    tasks = [t for t in generate(FAMILY, params.train_tasks or 1, seed, "train") if not tiny.is_repeat(t.id)]
-    manifest.step("generated", len(tasks), rule="data_prep.tiny_tasks.search train split")
-    rows = screen_against_evals(
-        [t.prompt_row() for t in tasks], heldout, heldout_benchmarks(heldout), manifest
-    )
+    source = {"name": "data_prep.tiny_tasks.search", "license": "generated", "world": str(tiny.world_root()),
+              "note": "multi-hop questions over a generated offline wiki (no web at this scale)"}  # fmt: skip
+    rows = tiny_agent_rows(FAMILY, params.train_tasks or 1, seed, heldout, manifest, source)
     why = "{} is 0: the embedded budget goes to training (a question the micro model solves is rare)"
     manifest.step("tool_free", len(rows), skipped=True, reason=why.format("tool_free_samples"))
     manifest.step("tool_pass", len(rows), skipped=True, reason=why.format("tool_samples"))
