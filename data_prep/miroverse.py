@@ -71,6 +71,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from data_prep.awm_source import is_pinned
 from data_prep.io import MalformedCounter, read_jsonl, sha256_file
 from data_prep.manifest import Manifest
+from data_prep.miroverse_vision import ATTACHMENT, message_text, vision_signal
 from infra.layering import ConfigError
 
 HUB_ID = "miromind-ai/MiroVerse-v0.1"
@@ -94,33 +95,8 @@ _ANSWER_SUFFIX = re.compile(
     r"\s*You should follow the format instruction in the re?question strictly and wrap the final answer "
     r"in \\boxed\{\}\.?\s*$"
 )
-_FINALIZER = re.compile(r"Summarize the above conversation,? and output the FINAL ANSWER", re.IGNORECASE)
-_ATTACHMENT = re.compile(r"Note: An? (?P<kind>[\w ]+?) file '(?P<name>[^']*)' is associated with this task")
-_IMAGE_EXT = r"(?:png|jpe?g|gif|webp|bmp|tiff?|svg|heic)"
-_IMAGE_MARKER = re.compile(r"<image(?:_\d+)?>|<\|image(?:_pad)?\|>|<img\b|!\[[^\]]*\]\([^)]*\)", re.I)
-_IMAGE_FILE = re.compile(rf"\.{_IMAGE_EXT}$", re.I)
-_IMAGE_URL = re.compile(rf"https?://\S+?\.{_IMAGE_EXT}\b", re.I)
-_VISUAL = r"(?:image|picture|photo|photograph|screenshot|diagram|illustration|chart|map)s?"
-_VISUAL_PHRASES = re.compile(
-    "|".join(
-        (
-            rf"\b(?:this|these|the (?:attached|above|below|following|given|provided|accompanying|uploaded))"
-            rf" {_VISUAL}(?![-\w])",
-            r"\b(?:in|from|on) the (?:image|picture|photo|photograph|screenshot|diagram|illustration)s?"
-            r"(?![-\w])",
-            r"\bthe (?:figure|graph|chart|diagram|map|image|picture|photo|plot) (?:below|above|shown)\b",
-            r"\b(?:as |is |are )?(?:shown|depicted|pictured) (?:below|above|here|in the "
-            r"(?:image|picture|photo|photograph|figure|diagram|screenshot|illustration|chart|graph))\b",
-            r"\b(?:see|refer to|look at) the (?:image|picture|photo|figure|diagram|chart|graph|map)\b",
-            r"\b(?:fig\.|figure) ?\d+\b",
-        )
-    ),
-    re.IGNORECASE,
-)
-_VQA_CALL = re.compile(r"<tool_name>\s*visual_question_answering\s*</tool_name>")
 _TOOL_CALL = re.compile(r"<use_mcp_tool>")
-_IMAGE_COLUMNS = ("image", "images", "image_path", "image_url")
-_IMAGE_PARTS = {"image", "image_url", "input_image"}
+_FINALIZER = re.compile(r"Summarize the above conversation,? and output the FINAL ANSWER", re.IGNORECASE)
 
 
 class SourceError(ValueError):
@@ -236,34 +212,6 @@ def question_key(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text).split())
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
-
-
-def vision_signal(row: dict[str, Any], messages: list[dict[str, Any]], question: str) -> str | None:
-    """Name of the first vision rule (module docstring) that ``row`` meets, or None."""
-    if any(row.get(col) for col in _IMAGE_COLUMNS):
-        return "image_field"
-    for msg in messages:
-        if msg["role"] == "user" and isinstance(msg["content"], list):
-            if any(isinstance(p, dict) and p.get("type") in _IMAGE_PARTS for p in msg["content"]):
-                return "multimodal_content"
-    if _IMAGE_MARKER.search(question):
-        return "image_marker"
-    note = _ATTACHMENT.search(question)
-    if note and (note["kind"].strip().lower() == "image" or _IMAGE_FILE.search(note["name"])):
-        return "image_attachment"
-    if _IMAGE_URL.search(question):
-        return "image_url"
-    if _VISUAL_PHRASES.search(_ATTACHMENT.sub("", question)):
-        return "visual_reference"
-    if any(m["role"] == "assistant" and _VQA_CALL.search(_text(m["content"])) for m in messages):
-        return "vqa_tool_call"
-    return None
-
-
 def _messages(row: dict[str, Any]) -> list[dict[str, Any]]:
     messages = row.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -278,14 +226,14 @@ def _messages(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _answers(messages: list[dict[str, Any]]) -> list[str]:
     last = messages[-1]
-    gold = boxed_answers(_text(last["content"])) if last["role"] == "assistant" else []
+    gold = boxed_answers(message_text(last["content"])) if last["role"] == "assistant" else []
     if not gold:
         raise RowDropped("no_boxed_answer", "the final turn is not an assistant turn with \\boxed{}")
     answers = [gold[-1]]
     for i in range(len(messages) - 2, 0, -1):  # the answer given before the summarize prompt
-        if messages[i]["role"] == "user" and _FINALIZER.search(_text(messages[i]["content"])):
+        if messages[i]["role"] == "user" and _FINALIZER.search(message_text(messages[i]["content"])):
             before = messages[i - 1]
-            if before["role"] == "assistant" and (pre := boxed_answers(_text(before["content"]))):
+            if before["role"] == "assistant" and (pre := boxed_answers(message_text(before["content"]))):
                 _add_alias(answers, pre[-1])
             break
     return answers
@@ -299,20 +247,20 @@ def _add_alias(answers: list[str], answer: str) -> None:
 def parse_row(row: dict[str, Any], where: str, subset: str) -> dict[str, Any]:
     """Return the QA record of one release row; raise :class:`RowDropped` with the reason it is not one."""
     messages = _messages(row)
-    system = _text(messages[0]["content"]) if messages[0]["role"] == "system" else ""
+    system = message_text(messages[0]["content"]) if messages[0]["role"] == "system" else ""
     if _SUB_AGENT.search(system):
         raise RowDropped("sub_agent_trace", malformed=False)
     user = next((m for m in messages if m["role"] == "user"), None)
-    raw_question = _text(user["content"]).strip() if user else ""
+    raw_question = message_text(user["content"]).strip() if user else ""
     question = _ANSWER_SUFFIX.sub("", raw_question).strip()
     if not question:
         raise RowDropped("no_question", "no non-empty user turn")
     answers = _answers(messages)
     if signal := vision_signal(row, messages, question):
         raise RowDropped("vision_dependent", signal, malformed=False)
-    if note := _ATTACHMENT.search(question):
+    if note := ATTACHMENT.search(question):
         raise RowDropped("attached_file", f"{note['kind']} file {note['name']}", malformed=False)
-    assistant = [_text(m["content"]) for m in messages if m["role"] == "assistant"]
+    assistant = [message_text(m["content"]) for m in messages if m["role"] == "assistant"]
     tool_calls = sum(len(_TOOL_CALL.findall(text)) for text in assistant)
     return {
         "id": "miroverse-" + hashlib.sha256(question_key(question).encode()).hexdigest()[:16],

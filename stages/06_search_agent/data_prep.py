@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from data_prep import agent_filters, miroverse, search_filters
+from data_prep import agent_filters, miroverse, miroverse_vision, search_filters
 from data_prep.io import write_jsonl
 from data_prep.manifest import Manifest
 from data_prep.miroverse import HELDOUT_FRACTION, MiroVerseSource, check_pinned, heldout_split, load_miroverse
@@ -94,7 +94,8 @@ class Params(BaseModel):
 
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
-    code = [Path(__file__), Path(search_filters.__file__), Path(miroverse.__file__)]
+    code = [Path(m.__file__) for m in (search_filters, miroverse, miroverse_vision)]
+    code.insert(0, Path(__file__))
     env_spec = str(ctx.stage.config.rl.environment.options.get("env", ""))
 
     def embedded(params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
