@@ -332,3 +332,20 @@ def grade_answer(request: RewardRequest, judge: Judge | None = None) -> RewardRe
 def search_judge(request: RewardRequest) -> RewardResult:
     """Stage 06's reward: the configured judge's score on the tagged final answer, behind the gates."""
     return score_episode(request)
+
+
+@register_reward("search_accuracy")
+def search_accuracy(request: RewardRequest) -> RewardResult:
+    """Stage 06's held-out accuracy: the judge's grade in [0, 1] of the final answer, with the training
+    reward's gates and budget penalty off (a benchmark scores the answer, not the tool use); an episode
+    that ended on an infrastructure failure is aborted (left out of the mean), one that ended mid-research
+    has no answer (0)."""
+    try:
+        termination = _termination(request)
+    except ValueError as exc:
+        return _aborted("environment", str(exc))
+    if termination is not None and termination.is_infrastructure_failure:
+        return _aborted("environment", f"episode ended with {termination.value}: nothing to score")
+    if tool_stats(request.transcript).ended_mid_research:  # a budget ended it, or it answered mid-research
+        return RewardResult(score=0.0, failure="no_answer")
+    return grade_answer(request)

@@ -323,6 +323,27 @@ def test_grade_answer_has_no_tool_gates():
     )
 
 
+def test_held_out_accuracy_is_the_grade_never_negative():
+    """search_accuracy (the held-out metric's reward) grades the answer: no tool gate, no budget penalty."""
+    acc = get_reward("search_accuracy")
+    assert acc(_request(f"<answer>{GOLD}</answer>", judge="deterministic")).score == 1.0
+    few = _request(f"<answer>{GOLD}</answer>", transcript=_episode(f"<answer>{GOLD}</answer>", ok=0))
+    assert acc(few.model_copy(update={"metadata": {"judge": "deterministic"}})).score == 1.0
+    exhausted = acc(_request(None, termination="tool_budget", judge="deterministic"))
+    assert (exhausted.score, exhausted.failure) == (0.0, "no_answer")
+    assert get_reward("search_judge")(_request(None, termination="tool_budget")).score < 0
+    mid = _episode(None) + _call(9)
+    assert acc(_request(f"<answer>{GOLD}</answer>", transcript=mid, judge="deterministic")).score == 0.0
+    assert acc(_request(f"<answer>{GOLD}</answer>", termination="aborted")).aborted
+
+
+def test_search_accuracy_held_out_rows_name_the_accuracy_reward():
+    from data_prep.tiny_tasks import heldout_tasks
+
+    rows = heldout_tasks("search_accuracy", 2, 0)
+    assert {r.metadata["reward"] for r in rows} == {"search_accuracy"}
+
+
 # ---- the deterministic judge ----------------------------------------------------------------------------
 JUDGE = DeterministicJudge()
 

@@ -240,6 +240,7 @@ def test_production_prep_on_the_miroverse_fixture_with_the_passes_skipped(tmp_pa
     # production's search_accuracy is the validation set drawn from the MiroVerse held-out split
     val = [json.loads(x) for x in (tmp_path / "heldout" / "search_accuracy.jsonl").read_text().splitlines()]
     assert [r["id"] for r in val] == [r["id"] for r in held]  # at most heldout_per_metric (2) of them
+    assert {r["metadata"]["reward"] for r in val} == {"search_accuracy"}  # graded without the gates
     assert {"miroverse_heldout.jsonl", "search_accuracy.jsonl"} <= set(manifest["outputs"])
 
 

@@ -52,6 +52,9 @@ _METRIC_FAMILIES: dict[str, tuple[str, ...]] = {
     harbor.METRIC: (harbor.FAMILY,),
     search.METRIC: (search.FAMILY,),
 }
+# Embedded metric -> the reward its held-out rows are scored with, where it is not the training reward
+# (e.g. search accuracy is the judge's grade with the training reward's gates and penalties off).
+_METRIC_REWARDS: dict[str, str] = {search.METRIC: search.EVAL_REWARD}
 
 #: Read-only views of the registries (family -> generator, embedded metric -> families).
 GENERATORS: Mapping[str, TaskGenerator] = MappingProxyType(_GENERATORS)
@@ -81,11 +84,14 @@ def register_family(name: str, fn: TaskGenerator) -> TaskGenerator:
     return fn
 
 
-def register_metric(metric: str, families: Iterable[str], description: str | None = None) -> None:
+def register_metric(
+    metric: str, families: Iterable[str], description: str | None = None, *, reward: str | None = None
+) -> None:
     """Register embedded held-out metric ``metric`` drawing from ``families`` (registered; one name or many).
 
-    Held-out rows are split evenly across ``families`` in order. The metric also becomes an embedded
-    metric of ``eval.registry`` (``EMBEDDED_METRICS``, ``column_for``) with ``description``, or a default
+    Held-out rows are split evenly across ``families`` in order; ``reward`` (a registered reward name)
+    scores them instead of the tasks' training reward (their ``metadata.reward``). The metric also becomes
+    an embedded metric of ``eval.registry`` (``EMBEDDED_METRICS``, ``column_for``) with ``description``, or a default
     one naming its families when the registry does not know it yet. Registering the same families again
     is a no-op; other families (or another description) under a taken name is an error.
     """
@@ -114,6 +120,8 @@ def register_metric(metric: str, families: Iterable[str], description: str | Non
     elif metric not in EMBEDDED_METRICS:
         register_embedded_metric(metric, f"Held-out tiny tasks of families {', '.join(fams)} (registered).")
     _METRIC_FAMILIES[metric] = fams
+    if reward is not None:
+        _METRIC_REWARDS[metric] = reward
 
 
 def generate(family: str, n: int, seed: int, split: str = "train") -> list[TinyTask]:
@@ -140,8 +148,11 @@ def heldout_tasks(metric: str, n: int, seed: int) -> list[TinyTask]:
                 "scored_reward": task.metadata["reward"],
                 "reward": "sft_format",
             }
+    reward = _METRIC_REWARDS.get(metric)
     for task in tasks:
         task.metadata = {**task.metadata, "metric": metric}
+        if reward is not None:
+            task.metadata["reward"] = reward
     return tasks
 
 

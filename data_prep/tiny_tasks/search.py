@@ -32,6 +32,7 @@ from data_prep.tiny_tasks.search_world import load_questions, world_root
 
 FAMILY = "search_agent"
 METRIC = "search_accuracy"
+EVAL_REWARD = "search_accuracy"  # held-out: the judge's grade, gates off (rewards.search_agent)
 REWARD = "search_judge"
 JUDGE = "deterministic"
 ENV = "search_tiny"

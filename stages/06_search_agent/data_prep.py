@@ -158,12 +158,16 @@ def _rows(records: list[dict[str, Any]], env_spec: str) -> tuple[list[PromptRow]
 def _write_heldout(
     rows: list[PromptRow], heldout: dict[str, Path], n: int, manifest: Manifest
 ) -> dict[str, Path]:
-    """Write the whole held-out split, and its first ``n`` rows by id as the ``search_accuracy`` set."""
+    """Write the whole held-out split, and its first ``n`` rows by id as the ``search_accuracy`` set (their
+    reward: ``search_accuracy``, the judge's grade without the training gates)."""
     out = Path(heldout[METRIC]).parent
     full = out / f"{HELDOUT_FILE}.jsonl"
     manifest.add_output(full, write_jsonl(full, rows_to_jsonl(rows)))
     if rows:  # else the tiny set stays (a fixture may hold out nothing)
-        validation = sorted(rows, key=lambda r: r.id)[:n]
+        validation = [  # scored by the judge's grade alone (no tool gates, no budget penalty)
+            r.model_copy(update={"metadata": {**r.metadata, "reward": tiny.EVAL_REWARD}})
+            for r in sorted(rows, key=lambda r: r.id)[:n]
+        ]
         manifest.add_output(heldout[METRIC], write_jsonl(heldout[METRIC], rows_to_jsonl(validation)))
     return {**heldout, HELDOUT_FILE: full}
 
