@@ -91,9 +91,9 @@ def register_metric(
 
     Held-out rows are split evenly across ``families`` in order; ``reward`` (a registered reward name)
     scores them instead of the tasks' training reward (their ``metadata.reward``). The metric also becomes
-    an embedded metric of ``eval.registry`` (``EMBEDDED_METRICS``, ``column_for``) with ``description``, or a default
-    one naming its families when the registry does not know it yet. Registering the same families again
-    is a no-op; other families (or another description) under a taken name is an error.
+    an embedded metric of ``eval.registry`` (``EMBEDDED_METRICS``, ``column_for``) with ``description``,
+    or a default one naming its families when the registry does not know it yet. Registering the same
+    families again is a no-op; other families (or another description) under a taken name is an error.
     """
     if not metric or not isinstance(metric, str):
         raise ValueError(f"embedded metric name must be a non-empty string, got {metric!r}")
