@@ -25,7 +25,9 @@ for _name, _module in {
     "awm_verifier": "infra.agents.awm.reward",  # needs the episode's database: the awm environment scores
     "harbor_tests": "infra.agents.harbor.reward",  # replays execute_command calls, then the task's tests
     "search_judge": "rewards.search_agent",  # gated judge score of a search-agent episode (stage 06)
+    "rlhf_rm": "rewards.rlhf",  # raw reward-model score, length penalty when positive (stage 07)
     "search_accuracy": "rewards.search_agent",  # the judge's grade alone: stage 06's held-out accuracy
+    "preference_rule": "rewards.preference_rule",  # stage 07 embedded: the rule its reward model imitates
 }.items():
     declare_provider(_name, _module)
 
