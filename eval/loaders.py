@@ -273,6 +273,19 @@ def _livecodebench(row: Record) -> EvalItem:
     )
 
 
+def _arena_hard_v2(row: Record) -> EvalItem:
+    """Arena-Hard v2.0 ``question.jsonl`` rows: uid, category (hard_prompt | creative_writing), prompt.
+
+    Both splits share one file; the benchmark's ``extra["category"]`` selects its rows downstream. The
+    reference is empty: the judge compares the answer with the baseline model's answer to the same uid.
+    """
+    prompt = _need(row, "prompt")
+    category = _need(row, "category")
+    meta = {"category": category, "subcategory": str(row.get("subcategory") or "")}
+    return EvalItem(id=str(_need(row, "uid")), messages=[{"role": "user", "content": prompt}], reference={},
+                    meta=meta)  # fmt: skip
+
+
 #: Row parser of each loader name used in ``eval.registry``.
 LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "ifeval": _ifeval,
@@ -281,6 +294,7 @@ LOADERS: dict[str, Callable[[Record], EvalItem]] = {
     "gpqa": _gpqa,
     "aime": _aime,
     "livecodebench": _livecodebench,
+    "arena_hard_v2": _arena_hard_v2,
     **AGENT_LOADERS,  # the agent benchmarks (MCP-Atlas … Terminal-Bench, BrowseComp, Seal-0, HLE-Verified)
 }
 

@@ -212,9 +212,10 @@ _NATIVE = {
 
 
 def harness_missing(bench: Benchmark) -> EvalStep:
-    """Return the step that says an agentic benchmark is not scored (the repository has no agent harness)."""
+    """Return the step that says a benchmark is not scored (no agent or pairwise-judge harness here yet)."""
+    needs = "a multi-turn tool-use" if bench.harness == "agent" else "a pairwise LLM-judge"
     note = (
-        f"{bench.name}: NOT SCORED - agent harness missing ({bench.title} needs a multi-turn tool-use "
+        f"{bench.name}: NOT SCORED - {bench.harness} harness missing ({bench.title} needs {needs} "
         f"harness, none in this repository yet; scorer to reproduce: {bench.scorer})"
     )
     return EvalStep(f"{bench.name}:harness_missing", ["echo", note])
@@ -279,7 +280,7 @@ def render_eval_plan(
             *lm,
         ]
         steps.append(EvalStep("collect", collect))
-    return steps + [harness_missing(b) for b in benches if b.harness == "agent"]
+    return steps + [harness_missing(b) for b in benches if b.harness in ("agent", "judge")]
 
 
 def render_eval_commands(

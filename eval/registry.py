@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Harness = Literal["lm_eval", "native", "agent"]
+Harness = Literal["lm_eval", "native", "agent", "judge"]
 
 #: Embedded (tiny-scale) metric names the stages score with ``infra.embedded.evaluate.score_heldout``.
 #: A registry: a stage brings its own with ``data_prep.tiny_tasks.register_metric(..., description=...)``,
@@ -45,6 +45,14 @@ EMBEDDED_METRICS: dict[str, str] = {
     "search_accuracy": (
         "Share of held-out multi-hop questions over the offline tiny wiki answered correctly with the search "
         "tools (the tiny search_agent family; stands for BrowseComp / Seal-0 / HLE-Verified)."
+    ),
+    "rlhf_rule_score": (
+        "Hidden preference rule on held-out tiny chat prompts (on topic, a true fact, no wrong fact, plain, "
+        "concise): what stage 07's reward model imitates; stands for Arena-Hard v2."
+    ),
+    "rlhf_rm_score": (
+        "Raw reward-model score on held-out prompts, no length penalty: what RLHF optimizes (RA Fig. 8b's "
+        "held-out RM score on Arena-Hard v2 prompts in production)."
     ),
 }
 
@@ -89,6 +97,7 @@ class Benchmark:
         return self.metrics[0]
 
 
+_RLHF_BUDGET = 30_000  # RLHF response budget (Table 16)
 _IF_BUDGET = 16_384  # IF RL response budget (Table 16)
 _REASONING_BUDGET = 30_000  # Reasoning RL response budget (Table 16)
 _CODING_BUDGET = 65_536  # Coding RL first-phase budget (Table 16)
@@ -106,6 +115,18 @@ _SEARCH_HARNESS = {
     "judge": "claude-sonnet-4-5",
     "blocklist": "answer-leaking domains filtered from results and refused by scrape",
 }
+_ARENA_HARD = HubSource(
+    "lmarena/arena-hard-auto",
+    None,  # a git repository: pin the commit of the evaluation window
+    ("data/arena-hard-v2.0/question.jsonl",),
+    "Apache-2.0",
+    "https://github.com/lmarena/arena-hard-auto",
+)
+_ARENA_PROTOCOL = {"baseline": "gpt-4-0314", "judge": "claude-sonnet-4"}
+_ARENA_SCORER = (
+    "arena-hard-auto's pairwise judge (Claude Sonnet 4 per RA §5) compares each answer with the baseline's "
+    "in both orders; the win rate over the category's prompts"
+)
 _SEARCH_SCORER = (
     "an LLM judge (Claude Sonnet 4.5) grades the final <answer> against the reference; pass@1 = share "
     "judged correct"
@@ -444,6 +465,39 @@ _ENTRIES = (
             "paper does not state n."
         ),
         extra={**_SEARCH_HARNESS, "split": "gold", "questions": "668 (Gold, before the text-only filter)"},
+    ),
+    Benchmark(
+        name="arena_hard_v2_hp",
+        title="Arena-Hard v2, Hard Prompts (win rate)",
+        column="AH2-HP",
+        source=_ARENA_HARD,
+        loader="arena_hard_v2",
+        harness="judge",
+        scorer=_ARENA_SCORER,
+        k=1,
+        metrics=("win_rate",),
+        max_gen_tokens=_RLHF_BUDGET,
+        embedded_metric="rlhf_rule_score",
+        notes=(
+            "Table 14: 83.06 (Search Agent) -> 89.05 (RLHF). Hard, open-ended Chatbot Arena prompts; win "
+            "rate against GPT-4-0314's answers judged by Claude Sonnet 4 (RA §5)."
+        ),
+        extra={**_ARENA_PROTOCOL, "category": "hard_prompt"},
+    ),
+    Benchmark(
+        name="arena_hard_v2_cw",
+        title="Arena-Hard v2, Creative Writing (win rate)",
+        column="AH2-CW",
+        source=_ARENA_HARD,
+        loader="arena_hard_v2",
+        harness="judge",
+        scorer=_ARENA_SCORER,
+        k=1,
+        metrics=("win_rate",),
+        max_gen_tokens=_RLHF_BUDGET,
+        embedded_metric="rlhf_rule_score",
+        notes="Table 14: 38.56 (Search Agent) -> 52.97 (RLHF); the stage's largest move (+14.4).",
+        extra={**_ARENA_PROTOCOL, "category": "creative_writing"},
     ),
 )
 

@@ -89,3 +89,17 @@ def test_lcb_decoder_refuses_pickled_globals():
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
         load("ifeval", tmp_path / "nope.jsonl")
+
+
+def test_arena_hard_v2_reads_both_categories_and_drops_incomplete_rows():
+    res = load("arena_hard_v2_hp", FIX / "arena_hard_v2_question.jsonl")
+    assert [(i.id, i.meta["category"]) for i in res.items] == [
+        ("a1b2c3d4e5f60718", "hard_prompt"),
+        ("0f1e2d3c4b5a6978", "creative_writing"),
+    ]
+    assert res.items[0].messages == [{"role": "user", "content": res.items[0].messages[0]["content"]}]
+    assert (
+        res.dropped == 2
+        and any("prompt" in r for r in res.reasons)
+        and any("category" in r for r in res.reasons)
+    )

@@ -17,7 +17,7 @@ from infra.config import BenchmarkRoles
 FIX = Path(__file__).parent / "fixtures" / "eval"
 STAGES = [
     "00_sft", "01_reasoning_rl", "02_coding_rl", "03_if_rl", "04_general_agent", "05_coding_agent",
-    "06_search_agent",
+    "06_search_agent", "07_rlhf",
 ]  # fmt: skip
 STAGES_DIR = Path(__file__).resolve().parents[1] / "stages"
 
@@ -32,6 +32,7 @@ def test_registry_covers_the_papers_benchmarks():
     expected = (
         "ifeval ifbench multichallenge advancedif gpqa_diamond aime25 aime26 livecodebench_v6"
         " mcp_atlas tau2_retail swe_bench_verified terminal_bench_2_1 browsecomp seal_0 hle_verified"
+        " arena_hard_v2_hp arena_hard_v2_cw"
     )
     assert set(BENCHMARKS) == set(expected.split())
     for b in BENCHMARKS.values():

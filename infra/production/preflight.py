@@ -11,6 +11,9 @@ renders for every stage) prints one verdict line per check and exits 2 when any 
   (through the slime reward hook for RL stages), neither aborted;
 * ``sandbox`` / ``judge`` — one bubblewrap isolation probe, one judge call, when ``preflight.json``'s
   ``needs`` lists them (the judge only with ``RUFUS_JUDGE_BASE_URL`` set, else a "skipped" line);
+  a stage that ``needs`` the ``reward_model`` (an unbounded score) passes its reward check when the good
+  sample outscores the bad one through the configured reward model (``RUFUS_RM_URL``/``RUFUS_RM_PATH``;
+  "skipped" without one);
 * ``data`` — the stage's data files load through slime's ``Dataset`` when slime is importable
   (``RUFUS_SLIME_DIR`` or installed), else every row passes our schema (``data_prep.schema``);
 * ``handoff`` — the input checkpoint's ``handoff.json`` verifies (``infra.handoff``); ``--base`` accepts
@@ -31,7 +34,9 @@ from typing import Any
 from infra.production.preflight_io import Check, _error, check_data, check_handoff, slime_importable
 
 PREFLIGHT_FILE = "preflight.json"
-NEEDS = ("sandbox", "judge")
+NEEDS = ("sandbox", "judge", "reward_model")
+#: Where a stage that ``needs`` the reward model finds it (``rewards.reward_model.reward_model_from_env``).
+RM_ENV = ("RUFUS_RM_URL", "RUFUS_RM_PATH")
 
 
 def preflight_command(
@@ -169,8 +174,11 @@ def _stage_path(folder: Path, value: Any) -> Any:
 
 
 def check_reward(stage: Any, samples: dict[str, Any]) -> Check:
-    """The known-good sample scores 1 and the known-bad one 0, neither aborted."""
+    """The known-good sample scores 1 and the known-bad one 0, neither aborted (a reward-model stage: the
+    good one scores above the bad one)."""
     path = stage.folder / PREFLIGHT_FILE
+    if "reward_model" in samples.get("needs", []):
+        return _check_reward_model(stage, samples, path)
     got = []
     for key, want in (("good", 1.0), ("bad", 0.0)):
         try:
@@ -185,6 +193,23 @@ def check_reward(stage: Any, samples: dict[str, Any]) -> Check:
             )
         got.append(f"{key} {value:g}")
     return Check("reward", "ok", f"{stage.config.reward}: {', '.join(got)}")
+
+
+def _check_reward_model(stage: Any, samples: dict[str, Any], path: Path) -> Check:
+    if not any(os.environ.get(k) for k in RM_ENV):
+        return Check("reward", "skip", f"skipped: no reward model configured ({' or '.join(RM_ENV)} unset)")
+    got = {}
+    for key in ("good", "bad"):
+        try:
+            value, aborted, failure = score(stage, samples[key])
+        except Exception as exc:  # noqa: BLE001 - an unscorable sample is the verdict
+            return Check("reward", "fail", f"{path}: {key} sample: {_error(exc)}")
+        if aborted:
+            return Check("reward", "fail", f"{path}: {key} sample aborted ({failure})")
+        got[key] = value
+    if not got["good"] > got["bad"]:
+        return Check("reward", "fail", f"{path}: good sample scored {got['good']:g} <= bad {got['bad']:g}")
+    return Check("reward", "ok", f"{stage.config.reward}: good {got['good']:g} > bad {got['bad']:g}")
 
 
 def check_sandbox(needs: list[str]) -> Check:
