@@ -142,8 +142,11 @@ class MiroVerseSource(BaseModel):
         return [f"jsonl_sft/{s}.jsonl" for s in self.subsets]
 
 
-def check_pinned(source: MiroVerseSource, profile: str, key: str = "data.source") -> None:
-    """Raise :class:`ConfigError` when the production profile would download an unpinned revision."""
+def check_pinned(source: Any, profile: str, key: str = "data.source") -> None:
+    """Raise :class:`ConfigError` when the production profile would download an unpinned revision.
+
+    ``source`` is any hub source with ``hub_id``, ``revision`` and ``is_local`` (MiroVerse, the RLHF
+    preference sets)."""
     if profile == "production" and not source.is_local and not is_pinned(source.revision):
         got = "none" if source.revision is None else repr(source.revision)
         raise ConfigError(

@@ -50,8 +50,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from data_prep.awm_source import is_pinned
 from data_prep.io import MalformedCounter, parse_jsonl_line
 from data_prep.manifest import Manifest
+from data_prep.miroverse import check_pinned
 from data_prep.schema import PromptRow
-from infra.layering import ConfigError
 
 Dataset = Literal["arena", "helpsteer3", "hh_rlhf"]
 #: dataset -> (hub id, hub config, license as the card states it)
@@ -129,16 +129,6 @@ class PreferenceSource(BaseModel):
     def is_local(self) -> bool:
         """True when the rows are read from disk rather than downloaded."""
         return bool(self.local_files)
-
-
-def check_pinned(source: PreferenceSource, profile: str, key: str = "data.source") -> None:
-    """Raise :class:`ConfigError` when the production profile would download an unpinned revision."""
-    if profile == "production" and not source.is_local and not is_pinned(source.revision):
-        got = "none" if source.revision is None else repr(source.revision)
-        raise ConfigError(
-            f"{key}.revision: the production profile needs a 40-hex commit of {source.hub_id}, got {got}; "
-            f"set {key}.revision: <commit> (or {key}.local_files)"
-        )
 
 
 @dataclass

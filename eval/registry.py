@@ -56,6 +56,9 @@ EMBEDDED_METRICS: dict[str, str] = {
     ),
 }
 
+#: Embedded metrics that are unbounded scores rather than fractions: reports show them as is, not as %.
+RAW_METRICS: frozenset[str] = frozenset({"rlhf_rm_score"})
+
 
 @dataclass(frozen=True)
 class HubSource:
@@ -127,6 +130,27 @@ _ARENA_SCORER = (
     "arena-hard-auto's pairwise judge (Claude Sonnet 4 per RA §5) compares each answer with the baseline's "
     "in both orders; the win rate over the category's prompts"
 )
+
+
+def _arena_hard(split: str, title: str, category: str, notes: str) -> Benchmark:
+    """One Arena-Hard v2 split (both read the same question file; ``extra["category"]`` selects rows)."""
+    return Benchmark(
+        name=f"arena_hard_v2_{split}",
+        title=f"Arena-Hard v2, {title} (win rate)",
+        column=f"AH2-{split.upper()}",
+        source=_ARENA_HARD,
+        loader="arena_hard_v2",
+        harness="judge",
+        scorer=_ARENA_SCORER,
+        k=1,
+        metrics=("win_rate",),
+        max_gen_tokens=_RLHF_BUDGET,
+        embedded_metric="rlhf_rule_score",
+        notes=notes,
+        extra={**_ARENA_PROTOCOL, "category": category},
+    )
+
+
 _SEARCH_SCORER = (
     "an LLM judge (Claude Sonnet 4.5) grades the final <answer> against the reference; pass@1 = share "
     "judged correct"
@@ -466,38 +490,18 @@ _ENTRIES = (
         ),
         extra={**_SEARCH_HARNESS, "split": "gold", "questions": "668 (Gold, before the text-only filter)"},
     ),
-    Benchmark(
-        name="arena_hard_v2_hp",
-        title="Arena-Hard v2, Hard Prompts (win rate)",
-        column="AH2-HP",
-        source=_ARENA_HARD,
-        loader="arena_hard_v2",
-        harness="judge",
-        scorer=_ARENA_SCORER,
-        k=1,
-        metrics=("win_rate",),
-        max_gen_tokens=_RLHF_BUDGET,
-        embedded_metric="rlhf_rule_score",
-        notes=(
-            "Table 14: 83.06 (Search Agent) -> 89.05 (RLHF). Hard, open-ended Chatbot Arena prompts; win "
-            "rate against GPT-4-0314's answers judged by Claude Sonnet 4 (RA §5)."
-        ),
-        extra={**_ARENA_PROTOCOL, "category": "hard_prompt"},
+    _arena_hard(
+        "hp",
+        "Hard Prompts",
+        "hard_prompt",
+        "Table 14: 83.06 (Search Agent) -> 89.05 (RLHF). Hard, open-ended Chatbot Arena prompts; win rate "
+        "against GPT-4-0314's answers judged by Claude Sonnet 4 (RA §5).",
     ),
-    Benchmark(
-        name="arena_hard_v2_cw",
-        title="Arena-Hard v2, Creative Writing (win rate)",
-        column="AH2-CW",
-        source=_ARENA_HARD,
-        loader="arena_hard_v2",
-        harness="judge",
-        scorer=_ARENA_SCORER,
-        k=1,
-        metrics=("win_rate",),
-        max_gen_tokens=_RLHF_BUDGET,
-        embedded_metric="rlhf_rule_score",
-        notes="Table 14: 38.56 (Search Agent) -> 52.97 (RLHF); the stage's largest move (+14.4).",
-        extra={**_ARENA_PROTOCOL, "category": "creative_writing"},
+    _arena_hard(
+        "cw",
+        "Creative Writing",
+        "creative_writing",
+        "Table 14: 38.56 (Search Agent) -> 52.97 (RLHF); the stage's largest move (+14.4).",
     ),
 )
 

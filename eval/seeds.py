@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.registry import RAW_METRICS
 from eval.stagewise import RunData, load_run, scores
 
 #: One-sided significance level of the rise verdict.
@@ -152,19 +153,22 @@ def missing(rows: list[SeedRow], run_dirs: list[Path]) -> list[str]:
     return out
 
 
-def fmt_stat(values: list[float | None], signed: bool = False) -> str:
-    """Return 'mean (min – max)' in percent with one decimal ('–' when nothing was measured)."""
-    vals = [100 * v for v in values if v is not None]
+def fmt_stat(values: list[float | None], signed: bool = False, raw: bool = False) -> str:
+    """Return 'mean (min – max)' in percent with one decimal ('–' when nothing was measured); a ``raw``
+    metric (an unbounded score, ``eval.registry.RAW_METRICS``) as is, with two decimals."""
+    vals = [(1 if raw else 100) * v for v in values if v is not None]
     if not vals:
         return "–"
-    spec = "+.1f" if signed else ".1f"
+    spec = ("+" if signed else "") + (".2f" if raw else ".1f")
     return f"{sum(vals) / len(vals):{spec}} ({min(vals):{spec}} – {max(vals):{spec}})"
 
 
 def row_cells(row: SeedRow, n_runs: int) -> list[str]:
     """Return the table cells of a row: stage, metric, role, input, output, change, p, verdict."""
     verdict = row.verdict if row.seeds == n_runs else f"{row.verdict} ({row.seeds}/{n_runs} seeds)"
-    cells = [fmt_stat(row.inputs), fmt_stat(row.outputs), fmt_stat(row.changes, signed=True)]
+    raw = row.metric in RAW_METRICS
+    stats = (row.inputs, row.outputs, row.changes)
+    cells = [fmt_stat(v, signed=k == 2, raw=raw) for k, v in enumerate(stats)]
     p = row.p_value if row.role == "target" else None
     return [row.stage, row.metric, row.role, *cells, "–" if p is None else f"{p:.3f}", verdict]
 
@@ -188,7 +192,8 @@ def seed_markdown(rows: list[SeedRow], run_dirs: list[Path]) -> str:
     names = ", ".join(str(d) for d in run_dirs)
     lines += [
         "",
-        f"{len(run_dirs)} seeds (run dirs: {names}); values are percentages, mean over seeds with min – max "
+        f"{len(run_dirs)} seeds (run dirs: {names}); values are percentages (raw scores for "
+        f"{', '.join(sorted(RAW_METRICS))}), mean over seeds with min – max "
         'in brackets; change = output − input of the stage. Verdict "rise": the per-seed changes are above '
         f"zero by a one-sided one-sample t-test at the {ALPHA:.0%} level (p in its column).",
     ]
@@ -205,7 +210,7 @@ def plot_changes(rows: list[SeedRow], png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    targets = [r for r in rows if r.role == "target"]
+    targets = [r for r in rows if r.role == "target" and r.metric not in RAW_METRICS]  # points, not raw
     fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(targets) + 1), 4))
     for x, r in enumerate(targets):
         changes = [100 * c for c in r.changes if c is not None]

@@ -262,14 +262,22 @@ def _judge(
 
 
 # ---- the rewards ----------------------------------------------------------------------------------------
-def score_episode(request: RewardRequest, judge: Judge | None = None) -> RewardResult:
-    """Return the gated reward of a search-agent episode (``judge`` overrides the configured one)."""
+def _ended(request: RewardRequest) -> Termination | None | RewardResult:
+    """The episode's termination, or an aborted result when it is unreadable or an infrastructure failure."""
     try:
         termination = _termination(request)
     except ValueError as exc:
         return _aborted("environment", str(exc))
     if termination is not None and termination.is_infrastructure_failure:
         return _aborted("environment", f"episode ended with {termination.value}: nothing to score")
+    return termination
+
+
+def score_episode(request: RewardRequest, judge: Judge | None = None) -> RewardResult:
+    """Return the gated reward of a search-agent episode (``judge`` overrides the configured one)."""
+    termination = _ended(request)
+    if isinstance(termination, RewardResult):
+        return termination
     try:
         gold = gold_aliases(request.label)
     except ValueError as exc:
@@ -340,12 +348,9 @@ def search_accuracy(request: RewardRequest) -> RewardResult:
     reward's gates and budget penalty off (a benchmark scores the answer, not the tool use); an episode
     that ended on an infrastructure failure is aborted (left out of the mean), one that ended mid-research
     has no answer (0)."""
-    try:
-        termination = _termination(request)
-    except ValueError as exc:
-        return _aborted("environment", str(exc))
-    if termination is not None and termination.is_infrastructure_failure:
-        return _aborted("environment", f"episode ended with {termination.value}: nothing to score")
+    ended = _ended(request)
+    if isinstance(ended, RewardResult):
+        return ended
     if tool_stats(request.transcript).ended_mid_research:  # a budget ended it, or it answered mid-research
         return RewardResult(score=0.0, failure="no_answer")
     return grade_answer(request)

@@ -87,3 +87,9 @@ class ClusterProfile(BaseModel):
             "NCCL_CUMEM_ENABLE": "0",
             "no_proxy": "127.0.0.1,localhost",
         }
+
+
+def http_wait(url: str, retries: int = 90, delay_s: int = 10) -> list[str]:
+    """A runbook step that waits until ``url`` answers 2xx (a server started by an earlier step)."""
+    return ["curl", "--silent", "--fail", "--retry", str(retries), "--retry-delay", str(delay_s),
+            "--retry-all-errors", url]  # fmt: skip

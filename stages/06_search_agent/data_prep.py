@@ -216,6 +216,8 @@ def production_steps(stage_id: str, config: Any, cluster: Any) -> list[tuple[str
     Rendered when ``production.extra_nodes.judge`` is set; otherwise the judge is an input (an endpoint
     already serving, named by ``RUFUS_SEARCH_JUDGE_BASE_URL``/``_MODEL`` on the head node).
     """
+    from infra.production.cluster import http_wait
+
     if not config.production.extra_nodes.get("judge"):
         return []
     judge = JudgeServer.model_validate(config.data.get("judge_server") or {})
@@ -231,10 +233,7 @@ def production_steps(stage_id: str, config: Any, cluster: Any) -> list[tuple[str
         f"export RUFUS_SEARCH_JUDGE_BASE_URL=http://<judge node>:{judge.port}/v1 "
         f"RUFUS_SEARCH_JUDGE_MODEL={judge.served_name}"
     )
-    wait = [
-        "curl", "--silent", "--fail", "--retry", "90", "--retry-delay", "10", "--retry-all-errors",
-        "${RUFUS_SEARCH_JUDGE_BASE_URL}/models",
-    ]  # fmt: skip
+    wait = http_wait("${RUFUS_SEARCH_JUDGE_BASE_URL}/models")
     return [("judge_server", serve, where), ("judge_wait", wait, "head")]
 
 

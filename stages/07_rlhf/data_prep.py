@@ -178,6 +178,8 @@ def production_steps(stage_id: str, config: Any, cluster: Any) -> list[tuple[str
     Rendered when ``production.extra_nodes.reward_model`` is set; otherwise the reward model is an input (a
     server already up, named by ``RUFUS_RM_URL`` and ``RUFUS_RM_TOKENIZER`` on the head node).
     """
+    from infra.production.cluster import http_wait
+
     if not config.production.extra_nodes.get("reward_model"):
         return []
     rm = RMServer.model_validate(config.data.get("rm_server") or {})
@@ -190,10 +192,7 @@ def production_steps(stage_id: str, config: Any, cluster: Any) -> list[tuple[str
         "nodes: the reward-model node (production.extra_nodes.reward_model), outside the Ray cluster; then "
         f"on the head: export RUFUS_RM_URL=http://<reward-model node>:{rm.port} RUFUS_RM_TOKENIZER={local}"
     )
-    wait = [
-        "curl", "--silent", "--fail", "--retry", "90", "--retry-delay", "10", "--retry-all-errors",
-        "${RUFUS_RM_URL}/health",
-    ]  # fmt: skip
+    wait = http_wait("${RUFUS_RM_URL}/health")
     return [("rm_server", serve, where), ("rm_wait", wait, "head")]
 
 
