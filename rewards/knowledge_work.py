@@ -24,6 +24,9 @@ score = clip(sum of the weights of met criteria / sum of the positive weights, 0
 ``rubric`` package's normalisation. A file that is missing, corrupt or outside the workspace makes its
 criteria unmet (failure ``deliverable_unreadable``). No judge endpoint with judge criteria, a judge
 that fails, or a missing renderer (markitdown, ``formulas``) is ``aborted``.
+
+:func:`grade_code_criteria` scores the code criteria alone (judge criteria unmet, no judge call): data
+prep's screens (stage 08's hacking filter) grade with it, so they share this one rubric format and checker.
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rewards.answer_extract import split_thinking
 from rewards.contract import RewardRequest, RewardResult, register_reward
-from rewards.deliverables import Deliverable, load_deliverable
+from rewards.deliverables import Deliverable, RendererUnavailable, load_deliverable
 from rewards.instruction_following import InfraError, judge_endpoint, judge_requirements
 
 MAX_JUDGE_CHARS_PER_FILE = 60_000
 
 
-def _relative_name(name: str) -> str:
+def relative_name(name: str) -> str:
+    """Return ``name`` as a POSIX path inside the workspace; raise ValueError for one that would leave it."""
     path = PurePosixPath(name.replace("\\", "/"))
     if not name.strip() or path.is_absolute() or ".." in path.parts:
         raise ValueError(f"file {name!r} must be a relative path inside the workspace")
@@ -127,9 +131,9 @@ class Criterion(_Strict):
         if (self.kind == "code") != (self.check is not None):
             raise ValueError(f"criterion {self.id!r}: code criteria need a check, judge criteria take none")
         if self.check is not None:
-            self.check.file = _relative_name(self.check.file)
+            self.check.file = relative_name(self.check.file)
         if self.file is not None:
-            self.file = _relative_name(self.file)
+            self.file = relative_name(self.file)
         return self
 
 
@@ -142,7 +146,7 @@ class KWLabel(_Strict):
     @field_validator("deliverables")
     @classmethod
     def _names(cls, value: list[str]) -> list[str]:
-        return [_relative_name(v) for v in value]
+        return [relative_name(v) for v in value]
 
     @model_validator(mode="after")
     def _ids_and_weights(self) -> KWLabel:
@@ -258,6 +262,31 @@ def run_check(check: Check, files: dict[str, Deliverable]) -> tuple[bool, str]:
     return _cell_matches(value, check), f"{sheet}!{check.cell} = {value!r}"[:200]
 
 
+def _load_files(workspace: Path, text_files: list[str], rubric: list[Criterion]) -> dict[str, Deliverable]:
+    """Render ``text_files``; the other files of code checks (``file_exists`` only) are only looked up."""
+    files = {name: load_deliverable(workspace, name) for name in text_files}
+    for check in (c.check for c in rubric if c.check and c.check.file not in files):
+        files[check.file] = load_deliverable(workspace, check.file, render_text=False)
+    return files
+
+
+def grade_code_criteria(rubric: list[Criterion], workspace: str | Path) -> float:
+    """Score ``rubric`` on ``workspace`` from its code criteria alone: judge criteria count as unmet and no
+    judge is called (data prep's screens: a deliverable earns nothing it would need a judge for).
+
+    Raises :class:`~rewards.deliverables.RendererUnavailable` when a renderer is missing (infrastructure,
+    never a 0) and ValueError for a rubric without a positive weight.
+    """
+    if not any(c.weight > 0 for c in rubric):
+        raise ValueError("rubric: needs at least one positive weight")
+    checks = [c.check for c in rubric if c.check is not None]
+    read = [ch.file for ch in checks if ch.type != "file_exists"]
+    files = _load_files(Path(workspace), list(dict.fromkeys(read)), rubric)
+    if broken := [d.error or d.name for d in files.values() if d.infra]:
+        raise RendererUnavailable("; ".join(broken))
+    return weighted_score(rubric, {c.id: run_check(c.check, files)[0] for c in rubric if c.check is not None})
+
+
 # ---- the reward -----------------------------------------------------------------------------------------
 def grading_text(final_message: str, label: KWLabel, files: dict[str, Deliverable]) -> str:
     """What the judge reads: the final message, then each deliverable's text (or why it is missing)."""
@@ -283,9 +312,7 @@ def grade(label: KWLabel, workspace: Path, response: str, prompt: list[dict[str,
     if judged and judge_endpoint() is None:
         return _aborted("judge_unavailable", "judge criteria but no RUFUS_JUDGE_BASE_URL / RUFUS_JUDGE_MODEL")
     text_files = label.text_files()
-    files = {name: load_deliverable(workspace, name) for name in text_files}
-    for check in (c.check for c in label.rubric if c.check and c.check.file not in files):
-        files[check.file] = load_deliverable(workspace, check.file, render_text=False)
+    files = _load_files(workspace, text_files, label.rubric)
     if broken := [d.error for d in files.values() if d.infra]:
         return _aborted("renderer_unavailable", "; ".join(e or "" for e in broken))
     met: dict[str, bool] = {}

@@ -24,11 +24,18 @@ from rewards.contract import RewardRequest, get_reward
 from rewards.deliverables import (
     UNEVALUATED,
     DeliverableError,
+    RendererUnavailable,
     deliverable_text,
     load_deliverable,
     render,
 )
-from rewards.knowledge_work import KWLabel, date_pattern, kw_rubric_reward, weighted_score
+from rewards.knowledge_work import (
+    KWLabel,
+    date_pattern,
+    grade_code_criteria,
+    kw_rubric_reward,
+    weighted_score,
+)
 
 FIX = Path(__file__).parent / "fixtures" / "knowledge_work"
 FORMATS = ["model.xlsx", "memo.docx", "deck.pptx", "report.pdf", "notes.md", "ledger.csv"]
@@ -266,6 +273,28 @@ def test_registered_and_never_raises_on_model_output(workspace: Path) -> None:
     rubric = [code("client", 1, type="contains", file="notes.md", text="fabrikam")]
     for response in ["", "<think>unterminated", "</think><think>", "\x00" * 1000, "é" * 10_000]:
         assert grade(workspace, rubric, response=response).score == 1.0
+
+
+def test_code_criteria_alone_leave_judge_criteria_unmet(workspace: Path, monkeypatch) -> None:
+    monkeypatch.delenv("RUFUS_JUDGE_BASE_URL", raising=False)  # a judge call would abort, not score
+    rubric = KWLabel.model_validate(
+        {
+            "rubric": [
+                code("margin", 3, type="cell_value", file="model.xlsx", cell="B4", equals=749.5),
+                code("unit", 2, type="contains", file="memo.docx", text="unit 4b"),
+                code("summary", 1, type="file_exists", file="summary.docx"),
+                code("stale", -1, type="date_in", file="report.pdf", date="2025-02-14"),
+                {"id": "tone", "requirement": "Reads like counsel wrote it.", "weight": 4, "kind": "judge"},
+            ]
+        }
+    ).rubric
+    assert grade_code_criteria(rubric, workspace) == pytest.approx((3 + 2 - 1) / 10)
+    assert grade_code_criteria(rubric[:2], workspace) == 1.0
+    with pytest.raises(ValueError, match="positive weight"):
+        grade_code_criteria(rubric[3:4], workspace)
+    monkeypatch.setitem(sys.modules, "markitdown", None)
+    with pytest.raises(RendererUnavailable, match="markitdown"):  # infrastructure, never a 0
+        grade_code_criteria(rubric[1:2], workspace)
 
 
 # ---- judge criteria ---------------------------------------------------------------------------------
