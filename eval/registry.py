@@ -54,10 +54,14 @@ EMBEDDED_METRICS: dict[str, str] = {
         "Raw reward-model score on held-out prompts, no length penalty: what RLHF optimizes (RA Fig. 8b's "
         "held-out RM score on Arena-Hard v2 prompts in production)."
     ),
+    "rlhf_answer_words": (
+        "Mean words of the final answer (thinking excluded) on held-out chat prompts: what stage 07's length "
+        "penalty holds down (RA §3.8: answers grew without growing more useful)."
+    ),
 }
 
 #: Embedded metrics that are unbounded scores rather than fractions: reports show them as is, not as %.
-RAW_METRICS: frozenset[str] = frozenset({"rlhf_rm_score"})
+RAW_METRICS: frozenset[str] = frozenset({"rlhf_rm_score", "rlhf_answer_words"})
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ for _name, _module in {
     "rlhf_rm": "rewards.rlhf",  # raw reward-model score, length penalty when positive (stage 07)
     "search_accuracy": "rewards.search_agent",  # the judge's grade alone: stage 06's held-out accuracy
     "preference_rule": "rewards.preference_rule",  # stage 07 embedded: the rule its reward model imitates
+    "answer_words": "rewards.preference_rule",  # stage 07: final-answer length on held-out prompts
     "kw_rubric": "rewards.knowledge_work",  # stage 08: weighted rubric over the deliverables (code + judge)
 }.items():
     declare_provider(_name, _module)

@@ -94,3 +94,11 @@ def preference_rule(request: RewardRequest) -> RewardResult:
         components={name: float(ok) for name, ok in checks.items()},
         failure=None if score >= 1.0 else missed,
     )
+
+
+@register_reward("answer_words")
+def answer_words(request: RewardRequest) -> RewardResult:
+    """Held-out length diagnostic (not a training reward): the words of the final answer, thinking
+    excluded (0 when there is none); stage 07 reports it with and without its length penalty."""
+    words = len(final_answer(request.response).split())
+    return RewardResult(score=float(words), components={"answer_words": float(words)})

@@ -45,10 +45,11 @@ def reward_model_dir(settings: dict[str, Any], seed: int = 0) -> tuple[Path, dic
     import data_prep.tiny_tasks.chat as chat_mod
     import data_prep.tiny_tasks.preference_pairs as me
     import infra.embedded.reward_model_train as trainer
+    import rewards.preference_rule as rule
     from infra.embedded.reward_model_train import COMPLETE_MARKER, RewardModelTraining, train_reward_model
 
     key = sha256_json({"settings": settings, "seed": seed})[:12]
-    out = cache_root() / "rlhf_rm" / f"seed{seed}-{code_key(chat_mod, me, trainer)}-{key}"
+    out = cache_root() / "rlhf_rm" / f"seed{seed}-{code_key(chat_mod, rule, me, trainer)}-{key}"
     if (out / COMPLETE_MARKER).is_file():
         return out, json.loads((out / "training.json").read_text())
     cfg = RewardModelTraining.model_validate({**settings.get("training", {}), "seed": seed})

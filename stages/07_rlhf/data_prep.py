@@ -40,6 +40,7 @@ FAMILY = chat.FAMILY
 register_family(FAMILY, chat.generate)
 register_metric(chat.RULE_METRIC, FAMILY, reward=chat.RULE_REWARD)  # descriptions: eval.registry
 register_metric(chat.RM_METRIC, FAMILY, reward=REWARD)
+register_metric("rlhf_answer_words", FAMILY, reward="answer_words")  # final-answer length (a guardrail)
 
 
 class LengthPenalty(BaseModel):
