@@ -111,3 +111,21 @@ def test_rich_printer_and_errors(tmp_path):
     (bad / "00_sft" / "eval.json").write_text("{oops")
     with pytest.raises(ValueError, match="00_sft/eval.json"):
         load_run(bad)
+
+
+def test_dynamics_page_reads_first_what_matters_and_folds_flat_series(tmp_path):
+    """Reward, pass rate, length... come first; a key with one value at every step gets no panel."""
+    from eval.plots import plot_stage, split_constant
+
+    rows = [
+        {"step": s, "reward_mean": 0.1 * s, "lr": 2e-4, "phase": 0, "aborted_samples": 0,
+         "grad_norm": 1.0 + s, "zz_extra": float(s % 2), "pass_rate": 0.5, "response_length_mean": 20 + s,
+         "heldout_x": s}
+        for s in range(1, 6)
+    ]  # fmt: skip
+    moved, constant = split_constant(rows)
+    assert moved == ["reward_mean", "response_length_mean", "grad_norm", "heldout_x", "zz_extra"]
+    assert constant == {"pass_rate": 0.5, "aborted_samples": 0.0, "lr": 2e-4, "phase": 0.0}
+    assert split_constant([{"step": 1, "lr": 1.0}]) == (["lr"], {})  # one point is a reading, not flat
+    assert plot_stage(rows, tmp_path / "p.png", "stage").is_file()
+    assert plot_stage([{"step": 1, "lr": 1.0}, {"step": 2, "lr": 1.0}], tmp_path / "q.png", "flat").is_file()
