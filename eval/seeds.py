@@ -220,7 +220,7 @@ def plot_changes(rows: list[SeedRow], png: Path) -> Path:
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(targets)), [f"{r.stage}\n{r.metric}" for r in targets], fontsize=7)
     ax.set_ylabel("change (output − input), percentage points")
-    ax.set_title("Per-seed change of each stage's targets (bar: mean)")
+    ax.set_title("Per-seed change of the targets (bar: mean)", fontsize=10)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
