@@ -11,6 +11,7 @@ The folder is an ordinary HF checkpoint: ``rewards.reward_model.LocalRewardModel
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.embedded.chat_format import install_glm_markup
 from infra.embedded.checkpointing import atomic_folder
+from infra.embedded.runtime import progress
 from infra.embedded.tokenizer_build import EOS_TOKEN, build_micro_tokenizer
 
 COMPLETE_MARKER = ".trained"
@@ -71,7 +73,7 @@ def train_reward_model(
     written as ``out_dir/training.json``.
     """
     from datasets import Dataset
-    from transformers import PrinterCallback
+    from transformers import PrinterCallback, TrainerCallback
     from transformers.utils import logging as hf_logging
     from trl import RewardConfig, RewardTrainer
 
@@ -110,7 +112,16 @@ def train_reward_model(
                 model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
             )
             trainer.remove_callback(PrinterCallback)  # the log history goes to training.json instead
-            result = trainer.train()
+            steps = math.ceil(len(rows) / cfg.batch_size) * cfg.epochs
+            with progress("reward model (Bradley–Terry)", steps) as advance:
+
+                class _Bar(TrainerCallback):
+                    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+                        last = state.log_history[-1] if state.log_history else {}
+                        advance(**{k: float(last[k]) for k in ("loss", "accuracy") if k in last})
+
+                trainer.add_callback(_Bar())
+                result = trainer.train()
         finally:
             hf_logging.set_verbosity(verbosity)
         model.eval()
