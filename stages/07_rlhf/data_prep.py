@@ -89,7 +89,11 @@ class Params(BaseModel):
 
 def prepare(ctx: Any) -> dict[str, Any]:
     """Write train.jsonl, heldout/<metric>.jsonl and manifest.json into ``ctx.out_dir``."""
+    from infra.embedded import reward_model_train
+    from rewards import preference_rule
+
     code = [Path(__file__), Path(chat.__file__), Path(preference_pairs.__file__)]
+    code += [Path(preference_rule.__file__), Path(reward_model_train.__file__)]
     code += [Path(preference_sources.__file__), Path(preference_table.__file__)]
 
     def production(params: Params, heldout: dict[str, Path], manifest: Manifest) -> list[PromptRow]:
