@@ -15,8 +15,9 @@ Task folder (:func:`write_task`): ``instruction.md``; ``task.toml`` (schema 1.4,
 ``[[environment.mcp_servers]]`` entry for the system of record); ``environment/Dockerfile`` and
 ``environment/files/`` (the workspace, ``/app``); ``environment/services/<system>/`` (``server.py``,
 ``pristine.db``, ``tools.json``; never copied into the agent's container); ``tests/rubric.json`` and
-``tests/ground_truth.json`` (supplied to the grader after the rollout); ``tests/test.sh`` (a stub: grading
-runs outside the container); ``solution/`` (the generator's reference deliverables).
+``tests/ground_truth.json`` (supplied to the grader after the rollout); ``tests/test.sh`` (refuses,
+exit 1: these tasks are graded by the ``kw_rubric`` reward outside the container; a grader Harbor's
+verifier could run inside it is open work); ``solution/`` (the generator's reference deliverables).
 """
 
 from __future__ import annotations

@@ -53,8 +53,8 @@ class FeatherRuntime(LocalRuntime):
     """The harbor local runtime plus Feather's file helper and drop folder (see the module docstring).
 
     ``workspace_src``: files every sandbox starts with (default none; a task's own files come with
-    :func:`upload`); ``tests_dir``: a private test folder for :meth:`Session.verify` (default a stub:
-    Feather tasks are graded on their deliverables, not by a test script).
+    :func:`upload`); ``tests_dir``: a private test folder for :meth:`Session.verify` (default: a script
+    that exits 1, since Feather tasks are graded on their deliverables by ``kw_rubric``, not by a test).
     """
 
     def __init__(

@@ -34,7 +34,7 @@ SYSTEM_PROMPT = (
 )
 
 _S, _I, _B = {"type": "string"}, {"type": "integer", "minimum": 1}, {"type": "boolean"}
-_TODO_ITEM = {
+_CHECKLIST_ITEM = {
     "type": "object",
     "properties": {"content": _S, "status": {"type": "string", "enum": list(STATUSES)}},
     "required": ["content", "status"],
@@ -70,7 +70,7 @@ TOOLS: dict[str, tuple[str, dict[str, dict], list[str]]] = {
     "task_list": ("List the background tasks with their status and command.", {}, []),
     "todo": ("Replace the todo list with `todos`, items with `content` and `status` (pending, in_progress or "
              "completed). The list is kept when the context is compressed.",
-             {"todos": {"type": "array", "items": _TODO_ITEM}}, ["todos"]),
+             {"todos": {"type": "array", "items": _CHECKLIST_ITEM}}, ["todos"]),
 }  # fmt: skip
 
 
