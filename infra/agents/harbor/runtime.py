@@ -345,9 +345,12 @@ class LocalRuntime:
         for path, perms, mb in mounts:
             argv += ["--perms", perms, "--size", str(mb << 20), "--tmpfs", path]
         # an interpreter or venv living under /tmp (a clone there) was bound above and is now hidden by the
-        # fresh /tmp: bind it again, read-only
+        # fresh /tmp: bind it again, read-only, below parents the dropped user may traverse (bwrap would
+        # create them 0700, and a tool that runs the interpreter as that user, Feather's, could not)
         for root in sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix)}):
             if root == "/tmp" or root.startswith("/tmp/"):
+                for parent in reversed(Path(root).parents[:-2]):  # below /tmp, above root
+                    argv += ["--perms", "0755", "--dir", str(parent)]
                 argv += ["--ro-bind", root, root]
         argv += [
             "--perms",
