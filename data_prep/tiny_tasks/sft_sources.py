@@ -5,9 +5,9 @@ the formats the SFT builder converts (ShareGPT ``conversations`` with Hermes too
 ``messages`` with structured tool calls/results and separate or inline reasoning, prompt/response with a
 ``reasoning`` field), plus calculator and test-runner tool chats, AWM tool-task trajectories
 (:mod:`.awm`), Harbor terminal-task trajectories (:mod:`.harbor`) and search trajectories
-(:mod:`.search`). Every file is sprinkled with malformed rows (:data:`MALFORMED`) that the builder must
-drop and count, and tasks are screened against the held-out sets first (:func:`screened_tasks`) so each
-family keeps its size.
+(:mod:`.search`) and knowledge-work trajectories in the Feather workspace (:mod:`.knowledge_work_sft`).
+Every file is sprinkled with malformed rows (:data:`MALFORMED`) that the builder must drop and count, and
+tasks are screened against the held-out sets first (:func:`screened_tasks`) so each family keeps its size.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from data_prep.decontam_pipeline import row_text
 from data_prep.decontaminate import PhraseIndex, scan_texts
 from data_prep.io import atomic_write_text
 from data_prep.sources import SourceSpec, local_source
-from data_prep.tiny_tasks import TinyTask, awm, generate, harbor, search
+from data_prep.tiny_tasks import TinyTask, awm, generate, harbor, knowledge_work_sft, register_family, search
 from data_prep.tiny_tasks.code import run_reference
 from data_prep.tiny_tasks.rl_prep import screened_messages
 
@@ -190,6 +190,7 @@ SOURCE_FILES: dict[str, tuple[str, str, Callable[[str, Any, int], dict]]] = {
     "awm_agent": ("openai_awm_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
     "terminal_agent": ("openai_terminal_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
     "search_agent": ("openai_search_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
+    "workspace_agent": ("openai_workspace_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
 }
 CATEGORY = {
     **FAMILY_CATEGORY,
@@ -198,6 +199,7 @@ CATEGORY = {
     "awm_agent": "General Agent",
     "terminal_agent": "Coding Agent",
     "search_agent": "General Agent",
+    "workspace_agent": "General Agent",  # app tools and documents (RA's General Agent: MCP-Atlas, tau2)
 }
 
 
@@ -231,7 +233,8 @@ def write_embedded_sources(
 
     ``params`` is the SFT stage's ``data`` section: ``families`` (count per family),
     ``calculator_conversations``, ``test_runner_conversations``, ``awm_conversations``,
-    ``terminal_conversations``, ``search_conversations``, ``oversample`` and ``malformed_every``.
+    ``terminal_conversations``, ``search_conversations``, ``workspace_conversations``, ``oversample`` and
+    ``malformed_every``.
     """
     screen: dict[str, dict[str, int]] = {}
 
@@ -253,9 +256,16 @@ def write_embedded_sources(
     term = pick("terminal_agent", harbor.FAMILY, n_term, seed, harbor.sft_demo) if n_term else []
     n_search = getattr(params, "search_conversations", 0)
     hunt = pick("search_agent", search.FAMILY, n_search, seed, unique) if n_search else []
+    n_work, kw = getattr(params, "workspace_conversations", 0), knowledge_work_sft
+    if n_work:  # stage 08 registers this same generator; SFT may run without importing stage 08
+        from infra.agents.kw.family import generate as kw_generate
+
+        register_family(kw.FAMILY, kw_generate)
+    work = pick("workspace_agent", kw.FAMILY, n_work, seed, kw.sft_demo) if n_work else []
     items = {**fam, "calculator": calls, "test_runner": code_fn, "awm_agent": awm.gold_conversations(agent),
              "terminal_agent": harbor.gold_conversations(term),
-             "search_agent": search.gold_conversations(hunt)}  # fmt: skip
+             "search_agent": search.gold_conversations(hunt),
+             "workspace_agent": kw.gold_conversations(work)}  # fmt: skip
     specs, info, total = [], {}, {}
     for family, (name, fmt, build) in SOURCE_FILES.items():
         if not items.get(family):

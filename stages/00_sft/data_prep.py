@@ -87,6 +87,9 @@ class Params(BaseModel):
     search_conversations: int = Field(
         0, ge=0, description="Embedded General Agent search trajectories over the tiny wiki (stage 06)."
     )
+    workspace_conversations: int = Field(
+        0, ge=0, description="Embedded General Agent knowledge-work trajectories in Feather (stage 08)."
+    )
     oversample: int = Field(12, ge=1, description="Embedded: generate up to this × n to survive screens.")
     malformed_every: int = Field(40, ge=2, description="Embedded: one malformed row per this many.")
     workers: int = Field(1, ge=1)
