@@ -41,3 +41,32 @@ def test_agent_families_are_off_by_default_and_written_when_asked(tmp_path: Path
     calls = [m for m in good[0]["messages"] if m.get("role") == "assistant" and m.get("tool_calls")]
     assert {c["tool_calls"][0]["function"]["name"] for c in calls} == {"web_search", "web_scrape"}
     assert "<answer>" in good[0]["messages"][-1]["content"]
+
+
+def test_awm_demonstrations_show_the_tools_exactly_as_the_rl_episode_does(sandbox_ok) -> None:
+    """The SFT rows' tool list equals the env's tools as the agent registers them (Strands adds a
+    description to every property that lacks one); before the fix the demonstrations omitted those."""
+    import asyncio
+
+    from data_prep.tiny_tasks import awm
+    from infra.agents.awm.env import AwmEnv
+    from infra.agents.tools import chat_tool_specs
+
+    task = awm.generate(1, 0)[0]
+    (row,) = awm.gold_conversations([task])
+    env = AwmEnv(str(awm.tiny_release()), workers=1)
+    agent_task = env.task_of(
+        env.runtime.scenario(str(task.metadata["scenario"])), int(task.metadata["task_idx"])
+    )
+
+    async def shown() -> list:
+        await env.reset(agent_task)
+        try:
+            return chat_tool_specs(env.tools())
+        finally:
+            await env.cleanup()
+
+    expected = asyncio.run(shown())
+    assert row["tools"] == expected
+    described = [p for t in row["tools"] for p in t["function"]["parameters"]["properties"].values()]
+    assert described and all("description" in p for p in described)

@@ -105,15 +105,13 @@ def generate(n: int, seed: int, split: str = "train") -> list[TinyTask]:
     )  # fmt: skip
 
 
-def _openai_tools(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _openai_tools(lease: Any) -> list[dict[str, Any]]:
+    """The scenario's tools exactly as the RL episode shows them (the env's tools, completed by Strands)."""
+    from infra.agents.awm.env import endpoint_tool
     from infra.agents.awm.schemas import compact_tool_spec
+    from infra.agents.tools import chat_tool_specs
 
-    out = []
-    for spec in map(compact_tool_spec, specs):
-        params = spec["inputSchema"]["json"]
-        fn = {"name": spec["name"], "description": spec["description"], "parameters": params}
-        out.append({"type": "function", "function": fn})
-    return out
+    return chat_tool_specs([endpoint_tool(lease, compact_tool_spec(s)) for s in lease.tool_specs])
 
 
 def gold_conversations(tasks: list[TinyTask]) -> list[dict[str, Any]]:
@@ -151,7 +149,7 @@ def gold_conversations(tasks: list[TinyTask]) -> list[dict[str, Any]]:
                         {"role": "tool", "tool_call_id": call, "name": action["tool"],
                          "content": str(reply["body"])},
                     ]  # fmt: skip
-                tools = _openai_tools(lease.tool_specs)
+                tools = _openai_tools(lease)
             finally:
                 pool.release(lease)
             if ok:

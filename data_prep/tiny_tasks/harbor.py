@@ -134,12 +134,6 @@ def reference_commands(task_dir: Path) -> list[str]:
     return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def _openai_tool(spec: dict[str, Any]) -> dict[str, Any]:
-    """The tool as the chat template sees it (strands-sglang's ``format_tool_specs``)."""
-    fn = {"name": spec["name"], "description": spec["description"], "parameters": spec["inputSchema"]["json"]}
-    return {"type": "function", "function": fn}
-
-
 def _call_tool(tool: Any, call_id: str, command: str) -> str:
     from infra.agents.tools import result_text
 
@@ -154,6 +148,7 @@ def _call_tool(tool: Any, call_id: str, command: str) -> str:
 def _conversation(env: Any, opts: Any, cache: Any, task: TinyTask) -> dict[str, Any] | None:
     from infra.agents.harbor.env import open_session
     from infra.agents.harbor.runtime import execute_command_tool
+    from infra.agents.tools import chat_tool_specs
 
     harbor_task = env.catalog.task(str(task.metadata["task"]))
     key, session = open_session(harbor_task, opts, cache)
@@ -176,7 +171,7 @@ def _conversation(env: Any, opts: Any, cache: Any, task: TinyTask) -> dict[str, 
     if result.score != 1.0 or result.aborted:
         return None
     messages.append({"role": "assistant", "content": task.answer})
-    return {"id": task.id, "messages": messages, "tools": [_openai_tool(tool.tool_spec)]}
+    return {"id": task.id, "messages": messages, "tools": chat_tool_specs([tool])}
 
 
 def gold_conversations(tasks: list[TinyTask], workers: int = 4) -> list[dict[str, Any]]:

@@ -121,11 +121,8 @@ def _micro_tokenizer() -> Any:
 
 
 async def _episode(env: Any, task: TinyTask, tokenizer: Any) -> dict[str, Any] | None:
-    from strands.tools.registry import ToolRegistry
-    from strands_sglang import SGLangModel
-
     from infra.agents.kw.family import DONE, LIMITS
-    from infra.agents.tools import result_text, truncate_to_tokens
+    from infra.agents.tools import chat_tool_specs, result_text, truncate_to_tokens
     from rewards.contract import RewardRequest
 
     spec = env.catalog.task(str(task.metadata["task"]))
@@ -157,16 +154,12 @@ async def _episode(env: Any, task: TinyTask, tokenizer: Any) -> dict[str, Any] |
         request = RewardRequest(prompt=agent_task.messages, response=DONE, label=agent_task.ground_truth,
                                 metadata=agent_task.metadata)  # fmt: skip
         graded = env.score(agent_task, request)
-        registry = ToolRegistry()  # the agent's own registry: it completes the specs the model is shown
-        registry.process_tools(list(tools.values()))
-        specs = registry.get_all_tool_specs()
+        rendered = chat_tool_specs(list(tools.values()))
     finally:
         await env.cleanup()
     if graded.aborted or graded.score != 1.0:
         return None
     messages.append({"role": "assistant", "content": DONE})
-    # strands-sglang's own rendering of tool specs for the chat template (the method does not use self)
-    rendered = SGLangModel.format_tool_specs(None, specs)  # type: ignore[arg-type]
     return {"id": task.id, "messages": messages, "tools": rendered}
 
 

@@ -114,15 +114,11 @@ def _tools(root: str) -> dict[str, Any]:
     return {tool.tool_name: tool for tool in tools}
 
 
-def _openai_tool(spec: dict[str, Any]) -> dict[str, Any]:
-    """The tool as the chat template sees it (strands-sglang's ``format_tool_specs``)."""
-    fn = {"name": spec["name"], "description": spec["description"], "parameters": spec["inputSchema"]["json"]}
-    return {"type": "function", "function": fn}
-
-
 def tool_specs(root: Path | None = None) -> list[dict[str, Any]]:
-    """Return the two tools in OpenAI format, as the chat template renders them."""
-    return [_openai_tool(t.tool_spec) for t in _tools(str(root or world_root())).values()]
+    """Return the two tools in OpenAI format, as the chat template renders them in an episode."""
+    from infra.agents.tools import chat_tool_specs
+
+    return chat_tool_specs(list(_tools(str(root or world_root())).values()))
 
 
 def call_tool(root: Path, call_id: str, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:

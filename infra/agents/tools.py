@@ -46,6 +46,22 @@ def truncate_to_tokens(text: str, tokenizer: PreTrainedTokenizerBase, max_tokens
         keep -= 1
 
 
+def chat_tool_specs(tools: list[Any]) -> list[dict[str, Any]]:
+    """The tools as the policy sees them in an episode, in the chat template's (OpenAI) format.
+
+    Strands' ``ToolRegistry`` completes each spec when the agent registers it (a property without a
+    description gets one), and strands-sglang renders them for the template; SFT demonstrations must
+    show exactly these, so both library calls are used here rather than re-implemented.
+    """
+    from strands.tools.registry import ToolRegistry
+    from strands_sglang import SGLangModel
+
+    registry = ToolRegistry()
+    registry.process_tools(list(tools))
+    # the method does not use ``self``
+    return SGLangModel.format_tool_specs(None, registry.get_all_tool_specs())  # type: ignore[arg-type]
+
+
 def result_text(result: dict[str, Any]) -> str:
     """Return the content blocks of a Strands ``ToolResult`` joined into one string."""
     parts = []
