@@ -65,9 +65,10 @@ def reasoning_learnability(n: int = 8) -> BandRule:
     return BandRule("reasoning_learnability", n, drop_above=0.8, drop_zero=True)
 
 
-def coding_drop_all_pass(n: int = 4) -> BandRule:
-    """Coding RL: drop problems solved above 0.8 of ``n`` warm-up samples; zero-pass problems stay."""
-    return BandRule("coding_drop_all_pass", n, drop_above=0.8)
+def coding_drop_all_pass(n: int = 4, drop_above: float = 0.8, drop_zero: bool = False) -> BandRule:
+    """Coding RL: drop problems solved above ``drop_above`` of ``n`` warm-up samples; zero-pass problems
+    stay unless ``drop_zero`` (RA keeps them; an option for small policies)."""
+    return BandRule("coding_drop_all_pass", n, drop_above=drop_above, drop_zero=drop_zero)
 
 
 def teacher_solvability(n: int = 4) -> BandRule:

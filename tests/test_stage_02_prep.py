@@ -153,6 +153,11 @@ def test_warmup_screen_drops_all_pass_and_keeps_zero_pass():
     assert [r.id for r in report.kept] == [rows[1].id, rows[2].id]
     assert report.dropped == {"too_easy": [rows[0].id]}
     assert stats == {"pass_histogram": {0: 1, 3: 1, 4: 1}, "no_code_block": 2, "kept_zero_pass": 1}
+    # The embedded scale's option: zero-pass problems go too, named as such.
+    report, stats = dp.screen(rows, groups, dp.filters.coding_drop_all_pass(4, drop_zero=True))
+    assert [r.id for r in report.kept] == [rows[1].id]
+    assert report.dropped == {"too_easy": [rows[0].id], "zero_pass": [rows[2].id]}
+    assert stats["kept_zero_pass"] == 0
 
 
 def test_production_specs_refuse_unpinned_revisions(tmp_path, monkeypatch):

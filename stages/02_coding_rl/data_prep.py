@@ -90,6 +90,9 @@ class Params(BaseModel):
     max_tests: int = Field(MAX_TESTS, description="Tests per problem the reward runs (fixed by the reward).")
     warmup_samples: int = Field(4, ge=1, description="Policy samples per problem for drop-all-pass.")
     drop_above: float = Field(0.8, description="Drop problems whose warm-up pass rate exceeds this.")
+    drop_zero_pass: bool = Field(
+        False, description="Also drop problems no warm-up sample solved (RA keeps them; off by default)."
+    )
     teacher_solvability: bool = Field(True, description="Keep only problems one teacher sample solves.")
     teacher_samples: int = Field(4, ge=1, description="Teacher samples per problem (count not given in RA).")
     lcb_leak: LeakRule = Field(default_factory=LeakRule)
@@ -312,12 +315,13 @@ def _warmup_step(rows: list[PromptRow], params: Params, ctx: Any, manifest: Mani
     else:
         manifest.step("drop_all_pass", len(rows), skipped=True, reason="no policy endpoint (data.policy)")
         return rows
-    rule = filters.BandRule("coding_drop_all_pass", n, drop_above=params.drop_above)
+    rule = filters.coding_drop_all_pass(n, params.drop_above, params.drop_zero_pass)
     report, stats = screen(rows, groups, rule)
+    zero = "zero-pass dropped" if params.drop_zero_pass else "zero-pass kept"
     manifest.step(
         "drop_all_pass", len(report.kept), **report.counts(), **stats, samples=n, temperature=1.0,
         max_new_tokens=budget, seed=seed, policy=policy,
-        rule=f"drop pass rate > {params.drop_above}; zero-pass kept; not repeated during training",
+        rule=f"drop pass rate > {params.drop_above}; {zero}; not repeated during training",
     )  # fmt: skip
     return report.kept
 
