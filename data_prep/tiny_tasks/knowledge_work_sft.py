@@ -2,13 +2,15 @@
 
 The embedded SFT mix's workspace family, built as the terminal family is for stage 05 (:mod:`.harbor`):
 :func:`gold_conversations` runs each train task of the ``kw_tiny`` task set (:mod:`infra.agents.kw.family`)
-as an episode of the real environment (:class:`~infra.agents.kw.tiny.TinyKwEnv`: a fresh Feather sandbox
-holding the task's documents, a fresh system-of-record server) and records:
+as an episode of the real environment (:class:`~infra.agents.kw.tiny.TinyKwEnv` with ``kw_tiny``'s options,
+:data:`infra.agents.kw.family.OPTIONS`, as stage 08's RL runs it: a fresh Feather sandbox holding the task's
+documents, a fresh system-of-record server) and records:
 
 * the prompt the environment gives the policy (Feather's system prompt and the instruction);
-* the tools it offers (Feather's ten and the service's endpoint tools) as the agent loop shows them: the
-  specs as Strands' ``ToolRegistry`` completes them (it adds a description to every property), rendered
-  for the chat template by strands-sglang's own ``SGLangModel.format_tool_specs``;
+* the tools it offers (``kw_tiny``: Feather's read, write and bash with compact specs, and the service's
+  ``list_`` endpoint) as the agent loop shows them: the specs as Strands' ``ToolRegistry`` completes them
+  (it adds a description to every property), rendered for the chat template by strands-sglang's own
+  ``SGLangModel.format_tool_specs``;
 * one assistant turn per call, each a GLM tool call: first the lookups that fetch the data the deliverable
   is made of (:func:`lookup_actions`: the system of record's ``list_`` endpoint, queried narrowly enough to
   fit the result budget, and the input document the reference does not read itself), then the reference's
@@ -24,8 +26,9 @@ The episode is then graded by the environment (``kw_rubric`` on the deliverables
 Left out: a task whose plan exceeds the tiny tool-call budget, a call that fails, a result the budget cuts
 (the demonstration would write values it never showed) and deliverables scoring below 1.0 (the generator
 self-checks, so the last two mean the task set or the environment changed under us). A sandbox that does
-not boot raises ``EnvironmentFailure``. Not checked: a turn's length against the tiny per-call budget
-(``max_new_tokens`` 256): the workbook script's turn runs to about 320 micro-model tokens.
+not boot raises ``EnvironmentFailure``; a plan calling a tool the options do not offer raises
+``ValueError``. Not checked here: a turn's length against the per-call budget (``max_new_tokens``; the
+tests check that every gold turn fits it).
 
 The split (fixed, like the task set): train task ``i`` is RL-only (:func:`rl_only`) when ``(i // 3) % 3 ==
 2``, a third of each of the three environment types (``i % 3``); SFT demonstrates only the others
@@ -133,6 +136,12 @@ async def _episode(env: Any, task: TinyTask, tokenizer: Any) -> dict[str, Any] |
     await env.reset(agent_task)
     try:
         tools = {tool.tool_name: tool for tool in env.tools()}
+        missing = sorted({name for name, _ in actions} - set(tools))
+        if missing:
+            raise ValueError(
+                f"knowledge_work task {spec.name}: its gold plan calls {', '.join(missing)}, which the "
+                f"environment's tools option does not offer ({', '.join(tools)})"
+            )
         messages = [dict(m) for m in task.prompt]
         for k, (name, args) in enumerate(actions):
             call = f"{task.id}-call{k}"

@@ -6,8 +6,8 @@
   ``tests/rubric.json`` and ``tests/ground_truth.json``); a folder that does not load is dropped with its
   one-line error (folder, file, key).
 * :func:`env_options`: the episode settings, from stage 08's ``launch.yaml`` (``production``: its ``kw``
-  env spec without ``tasks=``) or the embedded scale's (``embedded``: ``kw_tiny``'s budgets and sandbox
-  sizes), then ``--env-option KEY=VALUE`` overrides.
+  env spec without ``tasks=``) or the embedded scale's (``embedded``: ``kw_tiny``'s options: budgets,
+  sandbox sizes, the tools offered), then ``--env-option KEY=VALUE`` overrides.
 * :class:`EvalKwEnv`: :class:`~infra.agents.kw.env.KwEnv` unchanged except that it keeps the grader's
   details (per-criterion notes, files not copied) for the per-task record.
 * The judge: the stage's grader (:func:`rewards.knowledge_work.grade`) reads its judge from
@@ -84,9 +84,9 @@ def env_options(stage_config: Path, scale: str, overrides: list[str]) -> tuple[s
     if scale not in SCALES:
         raise ValueError(f"--scale {scale!r}: expected one of {', '.join(SCALES)}")
     if scale == "embedded":
-        from infra.agents.kw.family import LIMITS, RUNTIME
+        from infra.agents.kw.family import OPTIONS
 
-        options: dict[str, Any] = {**RUNTIME, **LIMITS}
+        options: dict[str, Any] = dict(OPTIONS)
     else:
         options = _stage_spec(stage_config)
     try:

@@ -1,12 +1,18 @@
 """Feather's sandbox side: the runtime, the one-archive workspace upload, and bash with background tasks.
 
 Everything runs in stage 05's local runtime (:mod:`infra.agents.harbor.runtime`: one bubblewrap sandbox per
-episode, the workspace a tmpfs at ``/app``); :class:`FeatherRuntime` only adds two read-only binds:
+episode, the workspace a tmpfs at ``/app``); :class:`FeatherRuntime` only adds three read-only binds:
 
 * ``/opt/rufus-feather/files.py``: :mod:`.files`, which each file tool call runs once (one round trip,
   :func:`helper_call`), as the job uid, so model-given paths are only ever opened inside the sandbox;
 * ``/opt/rufus-feather/drop``: a host folder (mode 0711, files 0644 under unguessable names) through which
-  the host hands over what does not fit a command line: the workspace archive and large write requests.
+  the host hands over what does not fit a command line: the workspace archive and large write requests;
+* ``/opt/rufus-feather/bin``, first on the sandbox's ``PATH``: ``python3`` and ``python``, two-line
+  scripts that run the harness's own interpreter, which carries the office libraries the grader reads
+  deliverables with (openpyxl, python-docx, ...). The system ``python3`` has none of them, and a command
+  naming the host interpreter's path would tie the model's actions (and SFT demonstrations) to one
+  machine; with this, ``python3 -c 'import openpyxl ...'`` works the same everywhere. Only Feather's
+  sandboxes get it: the harbor runtime's ``PATH`` is unchanged.
 
 :func:`upload` packs a task's files into one tar archive and extracts it with one call (the paper measured
 file-by-file upload at 52 s against 2.2 s for one archive of about 50 files).
@@ -27,6 +33,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -45,6 +52,8 @@ from infra.agents.harbor.runtime import LocalRuntime, Session
 FEATHER_DIR = "/opt/rufus-feather"
 HELPER_IN_SANDBOX = f"{FEATHER_DIR}/files.py"
 DROP_IN_SANDBOX = f"{FEATHER_DIR}/drop"
+BIN_IN_SANDBOX = f"{FEATHER_DIR}/bin"
+PYTHON_NAMES = ("python3", "python")
 INLINE_BYTES = 64 << 10  # a larger request goes through the drop folder (a command line holds 128 KiB)
 START_GRACE_S = 0.2  # a background command that ends this fast is reported as already finished
 
@@ -85,14 +94,42 @@ class FeatherRuntime(LocalRuntime):
         """The host side of ``/opt/rufus-feather/drop``."""
         return self.cache / "drop"
 
+    @property
+    def bin_dir(self) -> Path:
+        """The host side of ``/opt/rufus-feather/bin``."""
+        return self.cache / "bin"
+
+    def _write_bin(self) -> None:
+        """Write the ``python3``/``python`` scripts once (spares boot on several threads: atomic rename)."""
+        if self.bin_dir.is_dir():
+            return
+        tmp = Path(tempfile.mkdtemp(dir=self.cache))
+        for name in PYTHON_NAMES:
+            (tmp / name).write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+            (tmp / name).chmod(0o755)
+        tmp.chmod(0o755)
+        try:
+            tmp.rename(self.bin_dir)
+        except OSError:  # another boot thread wrote it first
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def argv(self, fd: int) -> list[str]:
-        """The harbor sandbox's command with the helper and the drop folder bound read-only."""
+        """The harbor sandbox's command with the helper, the drop folder and the interpreter scripts bound
+        read-only, and the scripts' folder first on the sandbox's ``PATH``."""
         argv = super().argv(fd)
         self.drop_dir.mkdir(exist_ok=True)
         self.drop_dir.chmod(0o711)  # the job uid may open a file it is told of, not list the folder
+        self._write_bin()
+        if argv[-2] != "--config":
+            raise RuntimeError("the harbor sandbox's command no longer ends with --config <json>")
+        cfg = json.loads(argv[-1])
+        cfg["env"] = {**cfg["env"], "PATH": f"{BIN_IN_SANDBOX}:{cfg['env']['PATH']}"}
         cut = argv.index("--")
-        extra = ["--perms", "0755", "--dir", FEATHER_DIR, "--ro-bind", files.__file__, HELPER_IN_SANDBOX]
-        return [*argv[:cut], *extra, "--ro-bind", str(self.drop_dir), DROP_IN_SANDBOX, *argv[cut:]]
+        extra = ["--perms", "0755", "--dir", FEATHER_DIR]
+        for src, dest in ((files.__file__, HELPER_IN_SANDBOX), (self.drop_dir, DROP_IN_SANDBOX),
+                          (self.bin_dir, BIN_IN_SANDBOX)):  # fmt: skip
+            extra += ["--ro-bind", str(src), dest]
+        return [*argv[:cut], *extra, *argv[cut:-1], json.dumps(cfg)]
 
     def stage(self, data: bytes, suffix: str) -> tuple[Path, str]:
         """Write ``data`` to a new drop file; return its host path (delete it after use) and sandbox path."""

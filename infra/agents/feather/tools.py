@@ -6,6 +6,11 @@ sends them with ``edit``/``write``), ``bash``, ``task_output``, ``task_stop``, `
 (:mod:`.shell`) and ``todo`` (:mod:`.todo`). Descriptions say what a tool does and guarantees, not when to
 use it, and the system prompt is three sentences (about 50 tokens), as the paper trains.
 
+Compact specs (``FeatherOptions.compact``, for a small policy's context, ours: the paper trains one harness
+at full size): each tool with the one-line description of :data:`COMPACT` and only its required
+arguments; the rules are the same, and an argument the spec does not show is refused as unknown (so
+compact ``bash`` runs in the foreground only).
+
 Failure classes (the recipe's rule): a mistake of the model (bad arguments, a path outside the workspace,
 a stale or missing read, no unique match, an unknown task id) is returned to the model as an ``error``
 tool result; ``EnvironmentFailure`` (a dead sandbox, a helper that broke) propagates, and the tool layer
@@ -72,15 +77,37 @@ TOOLS: dict[str, tuple[str, dict[str, dict], list[str]]] = {
              "completed). The list is kept when the context is compressed.",
              {"todos": {"type": "array", "items": _CHECKLIST_ITEM}}, ["todos"]),
 }  # fmt: skip
+#: name -> the compact spec's description (see the module docstring)
+COMPACT: dict[str, str] = {
+    "read": "Read a text file with line numbers.",
+    "edit": "Replace the one occurrence of `old_string` with `new_string` in a file read before.",
+    "write": "Write `content` to a file; overwriting a file needs a read of it first.",
+    "grep": "Search file contents with a regular expression.",
+    "glob": "List files matching a glob pattern such as `**/*.md`.",
+    "bash": "Run a command in a new bash shell in /app.",
+    "task_output": "Return a background task's new output and its status.",
+    "task_stop": "Stop a background task.",
+    "task_list": "List the background tasks.",
+    "todo": "Replace the todo list with `todos`.",
+}
 
 
-def tool_specs() -> list[dict[str, Any]]:
-    """The Strands ``ToolSpec`` of each tool (``inputSchema.json`` a JSON schema), in :data:`TOOLS` order."""
-    return [
-        {"name": name, "description": desc, "inputSchema": {"json": {
-            "type": "object", "properties": props, "required": required, "additionalProperties": False}}}
-        for name, (desc, props, required) in TOOLS.items()
-    ]  # fmt: skip
+def _shown(name: str, compact: bool) -> tuple[str, dict[str, dict], list[str]]:
+    desc, props, required = TOOLS[name]
+    if not compact:
+        return desc, props, required
+    return COMPACT[name], {k: props[k] for k in required}, required
+
+
+def tool_specs(compact: bool = False) -> list[dict[str, Any]]:
+    """The Strands ``ToolSpec`` of each tool (``inputSchema.json`` a JSON schema), in :data:`TOOLS` order;
+    ``compact``: the compact specs of the module docstring."""
+    specs = []
+    for name in TOOLS:
+        desc, props, required = _shown(name, compact)
+        schema = {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+        specs.append({"name": name, "description": desc, "inputSchema": {"json": schema}})
+    return specs
 
 
 def _coerce(key: str, kind: str, value: Any) -> Any:
@@ -115,11 +142,12 @@ def _coerce(key: str, kind: str, value: Any) -> Any:
     return value
 
 
-def coerce_args(name: str, arguments: Any) -> dict[str, Any]:
-    """The arguments of a ``name`` call checked against its schema; ``PolicyError`` saying what is wrong."""
+def coerce_args(name: str, arguments: Any, compact: bool = False) -> dict[str, Any]:
+    """The arguments of a ``name`` call checked against its (``compact``) schema; ``PolicyError`` saying
+    what is wrong."""
     if name not in TOOLS:
         raise PolicyError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}")
-    _, props, required = TOOLS[name]
+    _, props, required = _shown(name, compact)
     if not isinstance(arguments, dict):
         raise PolicyError(f"{name} takes an object of arguments")
     unknown = sorted(set(arguments) - set(props))
@@ -143,6 +171,7 @@ class FeatherOptions(BaseModel):
     read_limit: int = Field(default=2000, ge=1, description="Lines a read returns when it gives no limit.")
     search_limit: int = Field(default=100, ge=1, description="grep/glob results when the call gives none.")
     max_search_limit: int = Field(default=1000, ge=1, description="Cap on a grep/glob limit.")
+    compact: bool = Field(default=False, description="Compact specs: short descriptions, required arguments.")
 
 
 class FileTools:
@@ -217,7 +246,7 @@ class FeatherHarness:
         with self._lock:
             self.executed.append(name)
             try:
-                return self._dispatch(name, coerce_args(name, arguments)), False
+                return self._dispatch(name, coerce_args(name, arguments, self.options.compact)), False
             except PolicyError as exc:
                 return f"Error: {exc}", True
 
@@ -228,9 +257,10 @@ class FeatherHarness:
         return {"toolUseId": tool_use["toolUseId"], "status": status, "content": [{"text": text}]}
 
     def tools(self, names: list[str] | None = None) -> list[Any]:
-        """Strands tools of ``names`` (default all, in :data:`TOOLS` order) bound to this harness."""
+        """Strands tools of ``names`` (default all, in :data:`TOOLS` order) bound to this harness, with the
+        compact specs when the options say so."""
         from strands.tools.tools import PythonAgentTool
 
-        specs = [s for s in tool_specs() if names is None or s["name"] in names]
+        specs = [s for s in tool_specs(self.options.compact) if names is None or s["name"] in names]
         run = self.tool_result
         return [PythonAgentTool(s["name"], s, lambda tool_use, **_: run(tool_use)) for s in specs]

@@ -1,7 +1,8 @@
 """The ``kw`` agent environment (stage 08, UM): knowledge-work tasks in Feather, graded by their rubric.
 
 Spec: ``kw:tasks=/path/to/release[,transport=dispatch|mcp,servers=4,spares=2,workspace_mb=256,
-command_timeout=60,max_command_timeout=600,result_bytes=24000,<EpisodeLimits fields>]``
+command_timeout=60,max_command_timeout=600,result_bytes=24000,tools=*,compact_tools=false,
+<EpisodeLimits fields>]``
 (``rl.environment: {name: agent, options: {env: "kw:tasks=..."}}``; the production hook and the Ray
 environment actors load it by the same spec). The release is a folder of task folders in the Harbor layout
 of :mod:`data_prep.kw_synthesis` (:mod:`.tasks`); ``kw_tiny`` (:mod:`.tiny`) is this environment over the
@@ -13,6 +14,12 @@ served as stage 04 serves its apps (``transport=dispatch``: a warm sandboxed run
 lease; ``mcp``: a sandboxed MCP server per episode). The model sees Feather's ten tools plus one tool per
 service endpoint (``list_<table>``, ``get_<row>``, ...), called by name; the loop runs calls one at a
 time in the model's order. The system prompt is Feather's three sentences.
+
+Offered tools (ours, for the embedded scale; production keeps the defaults): ``tools`` is a ``+``-separated
+list of glob patterns over the tool names, Feather's and the endpoints' (default ``*``: all of them;
+``kw_tiny``: ``read+write+bash+list_*``); a pattern that matches none of a task's tools is a ``ValueError``
+naming the task. ``compact_tools=true`` gives Feather's tools their compact specs
+(:data:`infra.agents.feather.tools.COMPACT`: one-line descriptions, required arguments only).
 
 Failures (the paper's rule): a mistake of the policy (bad arguments, a stale read, an HTTP 4xx from a
 service, an unknown tool) is a tool error the model sees; a sandbox or server that breaks raises
@@ -28,6 +35,7 @@ row's label when it carries one, else the task folder's ``tests/rubric.json`` (r
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import shutil
 import tempfile
 from pathlib import Path
@@ -41,7 +49,7 @@ from infra.agents.awm.schemas import compact_tool_spec
 from infra.agents.awm.server import ServerLease
 from infra.agents.contract import AgentTask, EnvironmentFailure, EpisodeLimits
 from infra.agents.envs.base import AgentEnvironment, cycled_tasks
-from infra.agents.feather import SYSTEM_PROMPT, FeatherHarness, FeatherOptions, upload
+from infra.agents.feather import SYSTEM_PROMPT, TOOLS, FeatherHarness, FeatherOptions, upload
 from infra.agents.harbor.runtime import Session
 from infra.agents.kw.tasks import KwCatalog, KwTaskSpec, catalog
 from infra.agents.kw.workspace import RuntimeOptions, export_files, runtime, stop_background
@@ -78,10 +86,15 @@ class KwEnv(AgentEnvironment):
         command_timeout: float = 60.0,
         max_command_timeout: float = 600.0,
         result_bytes: int = 24000,
+        tools: str = "*",
+        compact_tools: bool = False,
         **limits: Any,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"kw option transport={transport!r}: expected one of {', '.join(TRANSPORTS)}")
+        self.tool_patterns = [p.strip() for p in str(tools).split("+")]
+        if not all(self.tool_patterns):
+            raise ValueError(f"kw option tools={tools!r}: expected glob patterns joined by '+'")
         self.root = str(Path(str(tasks)).resolve())
         self.runtime_options = RuntimeOptions(
             spares=int(spares), workspace_mb=int(workspace_mb), command_timeout=float(command_timeout),
@@ -91,6 +104,7 @@ class KwEnv(AgentEnvironment):
             command_timeout_s=float(command_timeout),
             max_command_timeout_s=float(max_command_timeout),
             result_bytes=int(result_bytes),
+            compact=bool(compact_tools),
         )
         self.limits = EpisodeLimits(**limits)
         self.session: Session | None = None
@@ -104,8 +118,22 @@ class KwEnv(AgentEnvironment):
         """The release's process-wide catalog, loaded on first use (a config check needs no tasks)."""
         return catalog(self.root)
 
+    def offered(self, spec: KwTaskSpec) -> list[str]:
+        """The names of the tools an episode of ``spec`` offers (the ``tools`` option's matches), in order:
+        Feather's, then the services' endpoints; ``ValueError`` for a pattern that matches none of them."""
+        names = [*TOOLS, *(op for service in spec.services for op in service.operation_ids())]
+        unmatched = [p for p in self.tool_patterns if not fnmatch.filter(names, p)]
+        if unmatched:
+            raise ValueError(
+                f"kw option tools: {', '.join(unmatched)} matches none of task {spec.name}'s tools "
+                f"({', '.join(names)})"
+            )
+        return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in self.tool_patterns)]
+
     def task_of(self, spec: KwTaskSpec) -> AgentTask:
-        """The agent task of ``spec``: Feather's system prompt, the instruction, the rubric as label."""
+        """The agent task of ``spec``: Feather's system prompt, the instruction, the rubric as label (the
+        ``tools`` option is checked against the task's tools here, before any episode runs)."""
+        self.offered(spec)
         return AgentTask(
             id=spec.name if spec.name.startswith("kw-") else f"kw-{spec.name}",
             messages=[
@@ -124,7 +152,7 @@ class KwEnv(AgentEnvironment):
         return cycled_tasks(sorted(tasks), n, seed, lambda name: self.task_of(tasks[name]), empty)
 
     def tools(self) -> list[AgentTool]:
-        """Feather's tools and the services' endpoint tools of the current episode ([] outside one)."""
+        """The offered Feather and endpoint tools of the current episode ([] outside one)."""
         return list(self._tools)
 
     def _start(self, spec: KwTaskSpec) -> None:
@@ -135,7 +163,8 @@ class KwEnv(AgentEnvironment):
             raise EnvironmentFailure(f"kw task {spec.name}: the sandbox did not boot: {exc}") from None
         upload(self.session, spec.files_dir)
         self.harness = FeatherHarness(self.session, self.feather_options)
-        tools = self.harness.tools()
+        offered = set(self.offered(spec))
+        tools = self.harness.tools(sorted(offered & set(TOOLS)))
         for service in spec.services:
             scenario = service.scenario(spec.name)
             if self.runtime_options.transport == "mcp":
@@ -146,7 +175,7 @@ class KwEnv(AgentEnvironment):
                 lease = rt.servers().acquire(scenario)
                 self.leases.append(lease)
                 tools += [endpoint_tool(lease, compact_tool_spec(s)) for s in lease.tool_specs]
-        self._tools = tools
+        self._tools = [t for t in tools if t.tool_name in offered]
 
     async def reset(self, task: AgentTask) -> None:
         """A fresh sandbox holding the task's documents and fresh system-of-record servers."""

@@ -9,15 +9,17 @@ only orders the tasks (:func:`generate`).
 :func:`generate` is the family stage 08's ``data_prep`` registers: rows of the ``agent`` environment
 running ``kw_tiny`` (:mod:`.tiny`), with the rubric as the row's label, scored by ``kw_rubric`` through
 the environment. :func:`gold_actions` is a task's reference deliverables as Feather tool calls
-(``write`` for text; for a workbook, ``bash`` running this interpreter with openpyxl inside the sandbox):
-what a solving episode does. Light to import: the agent stack loads only when :func:`generate` runs.
+(``write`` for text; for a workbook, ``bash`` running ``python3`` with openpyxl, which Feather's sandbox
+puts on its ``PATH``: the same text on every machine): what a solving episode does. :data:`OPTIONS` are
+``kw_tiny``'s options, the one place its RL episodes, the SFT demonstrations of
+:mod:`data_prep.tiny_tasks.knowledge_work_sft` and the knowledge-work harness's embedded scale take them
+from. Light to import: the agent stack loads only when :func:`generate` runs.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +39,24 @@ METRIC = "kw_rubric_score"
 REWARD = "kw_rubric"
 ROOT_SEED = 0
 TRAIN, HELDOUT = 240, 96
-#: Episode budgets at the embedded scale: a look at the system of record, a read, a write, an answer. The
-#: trajectory budget holds Feather's ten tool specs and the services' five (about 3.4K micro-model tokens).
+#: Episode budgets at the embedded scale: a look at the system of record, a read, a write, an answer. A
+#: model call may write a whole workbook script (the gold one: up to about 300 micro-model tokens).
 LIMITS = {
     "max_tool_calls": 8,
     "max_iterations": 8,
-    "max_new_tokens": 256,
+    "max_new_tokens": 384,
     "max_context_tokens": 8192,
     "tool_result_max_tokens": 384,
     "max_tool_errors": 3,
 }
 #: Sandbox sizes at this scale: one spare sandbox, a small workspace, two warm service runners.
 RUNTIME = {"spares": 1, "servers": 2, "workspace_mb": 16, "command_timeout": 20}
+#: The tools offered at this scale: the ones every gold plan calls (Feather's read, write and bash, with
+#: compact specs, and the services' list_ endpoints). All fifteen full specs take ~3.1K micro-model tokens,
+#: more than the agent SFT phase's 1,280-token sequences.
+TOOLS = {"tools": "read+write+bash+list_*", "compact_tools": True}
+#: Every option of ``kw_tiny`` (see the module docstring).
+OPTIONS = {**RUNTIME, **LIMITS, **TOOLS}
 DONE = "Done."
 
 
@@ -99,7 +107,7 @@ _XLSX = (
 
 
 def _xlsx_script(path: str, sheets: dict[str, dict[str, Any]]) -> str:
-    args = [sys.executable, "-c", _XLSX, path, json.dumps(sheets)]
+    args = ["python3", "-c", _XLSX, path, json.dumps(sheets)]
     return " ".join(shlex.quote(a) for a in args)
 
 
