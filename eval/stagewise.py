@@ -16,6 +16,9 @@ from typing import Any
 
 from eval.plots import read_metrics
 
+#: What ``rufus stage`` records in a stage folder (seed, input, config) so a seed report can read the run.
+STAGE_RUN = "stage_run.json"
+
 
 @dataclass
 class Cell:
@@ -78,13 +81,41 @@ def scores(evaluation: dict[str, Any], side: str, path: Path) -> dict[str, float
     return out
 
 
+def stage_runs_manifest(run_dir: Path) -> dict[str, Any]:
+    """A manifest for a ``rufus stage --run-dir`` folder: its stages from their ``stage_run.json`` records.
+
+    One seed per folder (the records must agree); stages in name order; the recipe name is ``rufus stage``.
+    """
+    records = sorted(Path(run_dir).glob(f"*/{STAGE_RUN}"))
+    if not records:
+        raise FileNotFoundError(
+            f"{run_dir / 'manifest.json'} not found and no */{STAGE_RUN}: is {run_dir} a run directory "
+            "(runs/<name>) or the --run-dir of `rufus stage`?"
+        )
+    loaded = [(path, _read_json(path)) for path in records]
+    seeds = {rec.get("seed") for _, rec in loaded}
+    if len(seeds) != 1:
+        raise ValueError(f"{run_dir}: its {STAGE_RUN} records name several seeds {sorted(map(str, seeds))}")
+    stages = [
+        {
+            "id": path.parent.name,
+            "status": "done" if (path.parent / "handoff.json").is_file() else "pending",
+            "config_hash": rec.get("config_hash"),
+        }
+        for path, rec in loaded
+    ]
+    return {"recipe": "rufus stage", "seed": seeds.pop(), "base": {"model": loaded[0][1].get("init_from")},
+            "stages": stages}  # fmt: skip
+
+
 def load_run(run_dir: Path) -> RunData:
     """Return the manifest and per-stage eval/metrics of a run directory (errors name the file)."""
     run_dir = Path(run_dir)
     manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise FileNotFoundError(f"{manifest_path} not found: is {run_dir} a run directory (runs/<name>)?")
-    manifest = _read_json(manifest_path)
+    if manifest_path.is_file():
+        manifest = _read_json(manifest_path)
+    else:
+        manifest = stage_runs_manifest(run_dir)
     if not isinstance(manifest.get("stages"), list):
         raise ValueError(f"{manifest_path}: 'stages' must be a list")
     stages = []

@@ -2,7 +2,9 @@
 
 Outside a recipe there is no manifest and no chain: the input is hashed as an external checkpoint
 (``infra.handoff.external_checkpoint_record``), the stage writes into its own folder, and a training
-step writes a handoff like the driver's so the export can start another stage.
+step writes a handoff like the driver's so the export can start another stage. Each call records its seed,
+input and config in the stage folder (``stage_run.json``), so ``rufus seeds`` and ``rufus report`` read a
+``--run-dir`` of stage-alone runs as they read a recipe's run directory.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from eval.stagewise import STAGE_RUN
 from infra.atomic import atomic_write_json, atomic_write_text
 from infra.backend_registry import get_backend
 from infra.backends import Backend, StageJob
@@ -44,6 +47,9 @@ def run_single_stage(
     init_ckpt = Path(record["export"])
     job = StageJob(stage=stage, stage_dir=stage_dir, init_checkpoint=init_ckpt, seed=seed, run_name=stage.id)
     atomic_write_text(stage_dir / "config.resolved.yaml", dump_resolved(stage))
+    run_record = {"seed": seed, "init_from": str(init_from), "input_hash": record["content_hash"],
+                  "config_hash": stage.config_hash}  # fmt: skip
+    atomic_write_json(stage_dir / STAGE_RUN, run_record)  # read by `rufus seeds` / `rufus report`
     out: dict[str, Any] = {}
     run_data_prep(
         stage,

@@ -155,3 +155,47 @@ def test_cli_writes_report_and_fails_cleanly(tmp_path, runs):
     assert result.exit_code == 2
     assert "gone-s9" in result.output.replace("\n", "")
     assert not (tmp_path / "gone-s9").exists()
+
+
+def make_stage_run(root: Path, name: str, seed: int, changes: dict[str, float]) -> Path:
+    """Write a `rufus stage --run-dir` folder: per stage its stage_run.json record, handoff and eval."""
+    from eval.stagewise import STAGE_RUN
+
+    run = root / name
+    for sid, change in changes.items():
+        (run / sid).mkdir(parents=True)
+        record = {"seed": seed, "init_from": "ckpt", "input_hash": "h", "config_hash": f"cfg-{sid}"}
+        (run / sid / STAGE_RUN).write_text(json.dumps(record))
+        (run / sid / "handoff.json").write_text("{}")
+        ev = {"input": {"t": 0.2}, "output": {"t": 0.2 + change}, "targets": ["t"], "guardrails": []}
+        (run / sid / "eval.json").write_text(json.dumps(ev))
+    return run
+
+
+def test_stage_alone_run_dirs_make_a_seed_report(tmp_path: Path):
+    """`rufus seeds` reads `rufus stage` --run-dir folders (no manifest) from their stage_run.json records."""
+    rises = [(0.01, 0.0), (0.02, -0.01), (0.03, 0.01)]
+    runs = [make_stage_run(tmp_path, f"s{s}", s, {"05_a": a, "05_b": b}) for s, (a, b) in enumerate(rises)]
+    out = tmp_path / "seeds.md"
+    result = CliRunner().invoke(app, ["seeds", *map(str, runs), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = {(r.stage, r.metric): r for r in seed_rows(runs)}
+    assert set(rows) == {("05_a", "t"), ("05_b", "t")}
+    assert rows[("05_a", "t")].verdict == "rise" and rows[("05_b", "t")].verdict != "rise"
+    assert "rufus stage" in out.read_text()
+
+
+def test_stage_alone_run_dir_with_two_seeds_is_refused(tmp_path: Path):
+    run = make_stage_run(tmp_path, "mixed", 0, {"05_a": 0.01})
+    make_stage_run(tmp_path / "other", "mixed", 1, {"05_b": 0.01})
+    (tmp_path / "other" / "mixed" / "05_b").rename(run / "05_b")
+    other = make_stage_run(tmp_path, "s1", 1, {"05_a": 0.01, "05_b": 0.01})
+    result = CliRunner().invoke(app, ["seeds", str(run), str(other), "--out", str(tmp_path / "x.md")])
+    assert result.exit_code == 2 and "several seeds" in result.output and "Traceback" not in result.output
+
+
+def test_a_folder_without_manifest_or_records_names_both(tmp_path: Path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    result = CliRunner().invoke(app, ["seeds", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert result.exit_code == 2 and "manifest.json" in result.output and "rufus stage" in result.output
