@@ -51,6 +51,7 @@ from eval.harnesses.tau2_telecom_db import (
     TelecomDB,
     TelecomUserDB,
 )
+from eval.harnesses.tau2_telecom_tasks import CarrierTaskFunctions
 from eval.harnesses.tau2_telecom_user import PhoneTools
 
 _CUST = ("string", "The customer id, e.g. 'C1001'.")
@@ -96,7 +97,7 @@ def _json(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json")
 
 
-class TelecomTools(Toolkit):
+class TelecomTools(CarrierTaskFunctions, Toolkit):
     """Both sides of one telecom episode; each public method named in :data:`TOOLS` is an agent tool."""
 
     domain: ClassVar[str] = "telecom"
@@ -349,60 +350,6 @@ class TelecomTools(Toolkit):
         kind = "Credit" if amount < 0 else "Charge"
         draft.line_items.append(LineItem(description=description, amount=amount, date=TODAY, item_type=kind))
         draft.total_due += amount
-
-    # ---- set-up and assertion functions ------------------------------------------------------------------
-    def set_data_usage(self, customer_id: str, line_id: str, data_used_gb: float) -> str:
-        self._owned_line(customer_id, line_id).data_used_gb = data_used_gb
-        return f"Data usage of line {line_id} set to {data_used_gb} GB."
-
-    def suspend_line_for_overdue_bill(
-        self, customer_id: str, line_id: str, new_bill_id: str, contract_ended: bool
-    ) -> str:
-        """Open an overdue bill of one month's plan price and suspend the line (a task's starting state)."""
-        line = self._line(line_id)
-        if line.status != "Active":
-            raise ToolCallError("Line must be active to suspend for unpaid bill")
-        amount = self._plan(line.plan_id).price_per_month
-        customer = self._customer(customer_id)
-        if any(b.status == "Overdue" for b in map(self._bill, customer.bill_ids)):
-            raise ToolCallError("Customer already has an overdue bill")
-        last_end = TODAY.replace(day=1) - timedelta(days=1)
-        start = last_end.replace(day=1)
-        item = LineItem(
-            description=f"Charge for line {line.line_id}", amount=amount, date=TODAY, item_type="Charge"
-        )
-        self.db.bills.append(
-            Bill(
-                bill_id=new_bill_id,
-                customer_id=customer_id,
-                period_start=start,
-                period_end=last_end,
-                issue_date=start,
-                total_due=amount,
-                due_date=start + timedelta(days=14),
-                line_items=[item],
-                status="Overdue",
-            )  # fmt: skip
-        )
-        customer.bill_ids.append(new_bill_id)
-        line.status, line.suspension_start_date = "Suspended", TODAY
-        if contract_ended:
-            line.contract_end_date = last_end
-        return f"Line {line_id} suspended for the unpaid bill {new_bill_id}."
-
-    def assert_data_refueling_amount(self, customer_id: str, line_id: str, expected_amount: float) -> bool:
-        return abs(self._owned_line(customer_id, line_id).data_refueling_gb - expected_amount) < 1e-6
-
-    def assert_line_status(self, customer_id: str, line_id: str, expected_status: str) -> bool:
-        return self._owned_line(customer_id, line_id).status == expected_status
-
-    def assert_overdue_bill_exists(self, customer_id: str, overdue_bill_id: str) -> bool:
-        customer = self._customer(customer_id)
-        return overdue_bill_id in customer.bill_ids and self._bill(overdue_bill_id).status == "Overdue"
-
-    def assert_no_overdue_bill(self, overdue_bill_id: str) -> bool:
-        bill = next((b for b in self.db.bills if b.bill_id == overdue_bill_id), None)
-        return bill is None or bill.status == "Paid"
 
 
 # ---- the release ---------------------------------------------------------------------------------------
