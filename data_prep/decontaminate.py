@@ -32,7 +32,7 @@ from __future__ import annotations
 import gc
 import math
 import multiprocessing as mp
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -172,16 +172,31 @@ def build_index(
     threshold: float = THRESHOLD,
     n_phrases: int = PHRASES_PER_ITEM,
     short_min_words: int = SHORT_MIN_WORDS,
+    *,
+    drop_shared: bool = False,
 ) -> PhraseIndex:
-    """Index ``(name, items, exhaustive)`` benchmarks in chain order."""
+    """Index ``(name, items, exhaustive)`` benchmarks in chain order.
+
+    ``drop_shared`` is for held-out sets of generated tasks, whose items are a few templates with values
+    filled in: a phrase that two or more distinct items contain (in any of the sets) is template, not
+    content, and would remove every training task of that template (the embedded SFT mix lost all of two
+    puzzle types and nearly all stdin/stdout code problems that way). Such phrases are not indexed; an
+    item left with none is indexed by its whole normalised text, so an exact copy is still caught. Off
+    for benchmarks, where the paper's rule applies as written.
+    """
+    per_set = [
+        [item_phrases(i.text, exhaustive, n_phrases, short_min_words=short_min_words) for i in items]
+        for _, items, exhaustive in benchmarks
+    ]
+    if drop_shared:
+        per_set = _without_shared(benchmarks, per_set)
     index = PhraseIndex()
     pid_of: dict[bytes, int] = {}
     phrase_items = index.phrase_items
-    for b_idx, (name, items, exhaustive) in enumerate(benchmarks):
+    for b_idx, ((name, items, _), per_item) in enumerate(zip(benchmarks, per_set, strict=True)):
         index.benchmarks.append(name)
         index.skipped_short[name] = 0
-        for item in items:
-            phrases = item_phrases(item.text, exhaustive, n_phrases, short_min_words=short_min_words)
+        for item, phrases in zip(items, per_item, strict=True):
             if not phrases:
                 index.skipped_short[name] += 1
                 continue
@@ -196,6 +211,24 @@ def build_index(
                     phrase_items[pid].append(gid)
     index.phrases = list(pid_of)  # insertion order: pid order
     return index.finalize()
+
+
+def _without_shared(
+    benchmarks: Sequence[tuple[str, Sequence[BenchmarkItem], bool]], per_set: list[list[list[bytes]]]
+) -> list[list[list[bytes]]]:
+    """Each item's phrases minus those another distinct item has too (its whole text if none is left)."""
+    distinct: dict[bytes, list[bytes]] = {}  # normalised text -> phrases (an item in two sets counts once)
+    for (_, items, _), per_item in zip(benchmarks, per_set, strict=True):
+        for item, phrases in zip(items, per_item, strict=True):
+            distinct.setdefault(normalize(item.text), phrases)
+    shared = Counter(p for phrases in distinct.values() for p in phrases)
+    return [
+        [
+            own if (own := [p for p in phrases if shared[p] == 1]) or not phrases else [normalize(item.text)]
+            for item, phrases in zip(items, per_item, strict=True)
+        ]
+        for (_, items, _), per_item in zip(benchmarks, per_set, strict=True)
+    ]
 
 
 _POWERS: dict[str, np.ndarray] = {}

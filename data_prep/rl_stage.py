@@ -235,17 +235,25 @@ def screen_against_evals(
     heldout: dict[str, Path],
     benchmarks: dict[str, list[tuple[str, str]]],
     manifest: Manifest,
+    *,
+    drop_shared: bool = False,
 ) -> list[Any]:
     """Drop rows whose prompt is a held-out prompt, then rows the 8-gram rule matches to ``benchmarks``.
 
     Both steps (``heldout_overlap``, ``decontamination``) and the decontamination report are recorded.
+    ``drop_shared`` as in :func:`decontaminate` (``benchmarks`` are held-out sets of generated tasks).
     """
     rows, overlap = drop_heldout_overlap(rows, load_rows(heldout.values()))
     manifest.step("heldout_overlap", len(rows), dropped=overlap)
-    rows, report = decontaminate(rows, benchmarks)
+    rows, report = decontaminate(rows, benchmarks, drop_shared=drop_shared)
     manifest.set("decontamination", report)
     manifest.step("decontamination", len(rows), dropped=report["removed"])
     return rows
+
+
+def screen_against_heldout(rows: Sequence[Any], heldout: dict[str, Path], manifest: Manifest) -> list[Any]:
+    """:func:`screen_against_evals` with the held-out sets of generated tasks as the screened sets."""
+    return screen_against_evals(rows, heldout, heldout_benchmarks(heldout), manifest, drop_shared=True)
 
 
 def screened_tiny_tasks(
@@ -256,7 +264,7 @@ def screened_tiny_tasks(
     Records the screen (``heldout_overlap``, ``decontamination``) and ``step`` (the reference self-check,
     described by ``rule``, with the failures by reason).
     """
-    tasks = screen_against_evals(tasks, heldout, heldout_benchmarks(heldout), manifest)
+    tasks = screen_against_heldout(tasks, heldout, manifest)
     tasks, failures = reference_self_check(tasks)
     manifest.step(step, len(tasks), rule=rule, dropped_by_reason=failures)
     return tasks
@@ -288,7 +296,7 @@ def tiny_agent_rows(
     tasks = [t for t in generate(family, embedded_train_tasks(n), seed, "train") if not is_repeat(t.id)]
     manifest.step("generated", len(tasks), rule=f"{source['name']} train split")
     rows = [t.prompt_row() for t in tasks]
-    return screen_against_evals(rows, heldout, heldout_benchmarks(heldout), manifest)
+    return screen_against_heldout(rows, heldout, manifest)
 
 
 def cap_families(

@@ -67,9 +67,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from data_prep.rl_stage import prepare_prompts, screen_against_evals
+from data_prep.rl_stage import prepare_prompts, screen_against_heldout
 from data_prep.tiny_tasks import generate
-from data_prep.tiny_tasks.rl_prep import heldout_benchmarks
 from infra.recipe import import_stage_file
 
 import_stage_file(Path(__file__).with_name("env.py"))
@@ -83,7 +82,7 @@ class Params(BaseModel):
 
 def _rows(params, seed, heldout, manifest):
     tasks = generate("letter_game", params.train_tasks, seed)
-    tasks = screen_against_evals(tasks, heldout, heldout_benchmarks(heldout), manifest)
+    tasks = screen_against_heldout(tasks, heldout, manifest)
     return [t.prompt_row() for t in tasks]
 
 

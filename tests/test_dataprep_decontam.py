@@ -62,6 +62,21 @@ def test_short_items_rule():
     assert results[0] is not None and results[0].item_id == "s5" and results[1:] == [None, None]
 
 
+def test_drop_shared_ignores_template_phrases_of_generated_sets_but_catches_copies():
+    bits = "How many 1 bits are there in the binary representation of the number {}?"
+    held = [BenchmarkItem(f"b{n}", bits.format(n)) for n in (3, 5, 6, 6)]  # b6 twice: a copy in the set
+    other = [BenchmarkItem("g1", "Find the GCD of these numbers: 16, 2. Give only the GCD as your answer.")]
+    sets = [("heldout:puzzle_acc", held, False), ("heldout:sft_format", other, False)]
+    texts = [bits.format(11), bits.format(5), bits.format(6) + " It is 2.", other[0].text + " 2"]
+    # The paper's rule: every task of the template shares 7 of the 8 phrases, so all are removed.
+    assert all(m is not None for m in scan_texts(build_index(sets), texts[:3]))
+    results = scan_texts(build_index(sets, drop_shared=True), texts)
+    assert results[0] is None  # another number: a new task of the same template
+    assert results[1] is not None and results[1].item_id == "b5"  # its own last phrase
+    assert results[2] is not None and results[2].item_id == "b6"  # no own phrase left: the whole text
+    assert results[3] is not None and results[3].item_id == "g1"  # nothing shared: the paper's phrases
+
+
 def test_chain_order_charges_first_benchmark_and_engines_agree():
     shared = ITEMS[3]
     index = build_index(

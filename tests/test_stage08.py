@@ -55,12 +55,14 @@ def test_embedded_prep_writes_agent_rows_and_counts_every_filter(tmp_path: Path)
     stage = resolve_stage(STAGE, "embedded", sets=sets)
     prep = import_stage_file(STAGE / "data_prep.py")
     summary = prep.prepare(PrepContext(stage=stage, out_dir=tmp_path, seed=0, profile="embedded"))
-    assert summary["train"] == 9 and summary["families"] == {"knowledge_work": 9}
+    # Tasks 6-8 of the 9 are the RL third (knowledge_work_sft.rl_only): SFT demonstrates only the others.
+    assert summary["train"] == 3 and summary["families"] == {"knowledge_work": 3}
     steps = {s["step"]: s for s in json.loads((tmp_path / "manifest.json").read_text())["steps"]}
     for name in ("kw_leakage", "kw_hacking"):
         assert steps[name]["count"] == 9 and steps[name]["dropped"]["total"] == 0 and steps[name]["kept"] == 9
     assert steps["kw_hacking"]["max_degenerate_score"] == 0.25
     assert steps["kw_curriculum"]["skipped"] is True and steps["kw_filtered_rows"]["count"] == 9
+    assert steps["rl_split"]["count"] == 3
     rows = [r for _, r in read_jsonl(tmp_path / "train.jsonl")]
     row = rows[0]
     assert (

@@ -2,8 +2,11 @@
 
 * functional (``modality: fn``): "Write f(x) that returns x * 3 + 2." — label ``{"fn_name", "tests"}``
   with assert statements;
-* stdin/stdout (``modality: io``): "Read an integer n and print n * 3 + 2." — label
-  ``{"inputs", "outputs"}``.
+* stdin/stdout (``modality: io``): "Read an integer n and print n * 3 + 2 on one line." — label
+  ``{"inputs", "outputs"}``. The variable's name varies (x, n, k, v) as the function's does, and the
+  statement ends in words rather than the expression: with one fixed name and the expression last, half
+  the statements were a word-for-word prefix of another and the held-out screen left 14 of 200 in the
+  SFT mix (the model then never learnt the modality).
 
 A handful of operation shapes with random constants keep the mapping learnable (copy the constants into
 a fixed code shape) while the answer must still be correct code. Answers use the Coding RL convention,
@@ -25,6 +28,7 @@ SHAPES = (
     ("x * x + {b}", lambda x, a, b: x * x + b),
 )
 FN_NAMES = ("f", "g", "calc", "value")
+VAR_NAMES = ("x", "n", "k", "v")
 
 
 def _instance(rng: random.Random) -> tuple[str, int, int, list[int]]:
@@ -60,8 +64,10 @@ def generate(n: int, seed: int, split: str = "train") -> list[TinyTask]:
             meta["modality"] = "fn"
             reasoning = "return it."
         else:
-            prompt = f"Read an integer x and print {body}."
-            code = f"x = int(input())\nprint({body})"
+            var = rng.choice(VAR_NAMES)
+            vbody = expr.replace("x", var).format(a=a, b=b)
+            prompt = f"Read an integer {var} and print {vbody} on one line."
+            code = f"{var} = int(input())\nprint({vbody})"
             label = {"inputs": [f"{x}\n" for x in xs], "outputs": [f"{_value(expr, x, a, b)}\n" for x in xs]}
             meta["modality"] = "io"
             reasoning = "read, print."

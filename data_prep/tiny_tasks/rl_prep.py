@@ -70,21 +70,24 @@ def _as_row(item: Any) -> PromptRow:
 
 
 def decontaminate(
-    rows: Sequence[Any], benchmarks: dict[str, list[tuple[str, str]]]
+    rows: Sequence[Any], benchmarks: dict[str, list[tuple[str, str]]], *, drop_shared: bool = False
 ) -> tuple[list[Any], dict[str, Any]]:
     """Screen rows against ``benchmarks`` (``name -> [(item id, text)]``) with the 8-gram rule.
 
-    Returns the kept rows and a report: items indexed, short items skipped, removed per benchmark.
+    ``drop_shared``: the sets are held-out sets of generated tasks; phrases their items share are template
+    and not indexed (:func:`data_prep.decontaminate.build_index`). Returns the kept rows and a report:
+    items indexed, short items skipped, removed per benchmark.
     """
     from data_prep.benchmarks import BenchmarkItem
 
     loaded = [(name, [BenchmarkItem(i, t) for i, t in items], False) for name, items in benchmarks.items()]
-    index = build_index(loaded)
+    index = build_index(loaded, drop_shared=drop_shared)
     matches = scan_texts(index, [prompt_text(_as_row(r)) for r in rows]) if rows else []
     kept = [r for r, m in zip(rows, matches, strict=True) if m is None]
     removed = Counter(m.benchmark for m in matches if m is not None)
     report = {
-        "rule": "word 8-grams, >=50% of one item's phrases (data_prep.decontaminate)",
+        "rule": "word 8-grams, >=50% of one item's phrases (data_prep.decontaminate)"
+        + ("; phrases shared by two or more items of a set are template, not indexed" if drop_shared else ""),
         "items": {name: len(items) for name, items in benchmarks.items()},
         "skipped_short_items": dict(index.skipped_short),
         "scanned": len(rows),

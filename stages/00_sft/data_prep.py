@@ -119,7 +119,7 @@ def prepare(ctx: Any) -> dict[str, Any]:
     metrics = [*ctx.stage.config.eval.targets, *ctx.stage.config.eval.guardrails]
     heldout = write_stage_heldout(metrics, params.heldout_per_metric, ctx.seed, ctx.heldout_dir)
     items = screen_items(heldout, params.screen_metrics, params.screen_per_metric, ctx.seed)
-    index = build_index(items)
+    index = build_index(items, drop_shared=True)  # held-out sets: generated items share their template
     sources_info = None
     if ctx.profile == "embedded":
         specs, sources_info = write_embedded_sources(params, ctx.seed, out / "sources", index)

@@ -23,7 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from data_prep import agent_filters
 from data_prep.awm_source import AwmSource, check_pinned, prepare_release
 from data_prep.manifest import Manifest
-from data_prep.rl_stage import benchmark_items, embedded_train_tasks, prepare_prompts, screen_against_evals
+from data_prep.rl_stage import (
+    benchmark_items,
+    embedded_train_tasks,
+    prepare_prompts,
+    screen_against_evals,
+    screen_against_heldout,
+)
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import generate
 from data_prep.tiny_tasks.awm import FAMILY, is_repeat, tiny_release
@@ -73,7 +79,7 @@ def _embedded_rows(
     drawn = generate(FAMILY, embedded_train_tasks(params.train_tasks), seed, "train")
     tasks = [t for t in drawn if not is_repeat(t.id)]
     manifest.step("generated", len(tasks))
-    rows = screen_against_evals([t.prompt_row() for t in tasks], heldout, _heldout_items(heldout), manifest)
+    rows = screen_against_heldout([t.prompt_row() for t in tasks], heldout, manifest)
     rows = _teacher_check(rows, release, manifest)
     if params.filter_samples:
         runner = agent_filters.CheckpointRunner(
@@ -88,12 +94,6 @@ def _embedded_rows(
             "drops all-pass and all-fail groups online",
         )  # fmt: skip
     return rows
-
-
-def _heldout_items(heldout: dict[str, Path]) -> dict[str, list[tuple[str, str]]]:
-    from data_prep.tiny_tasks.rl_prep import heldout_benchmarks
-
-    return heldout_benchmarks(heldout)
 
 
 def _env_of(rows: list[PromptRow]) -> str:

@@ -79,6 +79,7 @@ def _embedded_rows(
     params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest
 ) -> list[PromptRow]:
     from data_prep.tiny_tasks.knowledge_work import kw_tasks
+    from data_prep.tiny_tasks.knowledge_work_sft import rl_only
 
     source = {
         "name": "infra.agents.kw.family",
@@ -94,6 +95,8 @@ def _embedded_rows(
     manifest.step("kw_curriculum", len(kept), skipped=True, reason=why)
     rows = [r for r in rows if r.metadata.get("task") in kept]
     manifest.step("kw_filtered_rows", len(rows), rule="rows whose task passed kw_leakage and kw_hacking")
+    rows = [r for r in rows if rl_only(str(r.metadata.get("task")))]
+    manifest.step("rl_split", len(rows), rule="tasks SFT never demonstrates (knowledge_work_sft.rl_only)")
     return rows
 
 
