@@ -8,7 +8,8 @@ import pytest
 
 from data_prep import tiny_tasks as tt
 from data_prep.tiny_tasks.code import run_reference
-from data_prep.tiny_tasks.rl_prep import reference_self_check
+from data_prep.tiny_tasks.rl_prep import reference_self_check, write_stage_heldout
+from infra.layering import ConfigError
 
 
 @pytest.mark.parametrize("family", list(tt.GENERATORS))
@@ -93,6 +94,11 @@ def test_write_heldout_every_metric(tmp_path):
     assert len({r["metadata"]["family"] for r in fmt}) == 6
     with pytest.raises(KeyError, match="unknown embedded metric"):
         tt.write_heldout("bleu", 1, 0, tmp_path)
+    # A stage's config naming such a metric is a config error on its key (one line from the CLI), and
+    # nothing is written before it is raised.
+    with pytest.raises(ConfigError, match=r"eval.targets/eval.guardrails: .*'bleu'"):
+        write_stage_heldout(["math_acc", "bleu"], 1, 0, tmp_path / "stage")
+    assert not (tmp_path / "stage").exists()
 
 
 def test_science_heldout_pairs_never_in_train():

@@ -20,13 +20,25 @@ from typing import Any
 from data_prep.decontam_pipeline import row_text
 from data_prep.decontaminate import build_index, scan_texts
 from data_prep.schema import PromptRow
-from data_prep.tiny_tasks import TinyTask, write_heldout
+from data_prep.tiny_tasks import METRIC_FAMILIES, TinyTask, write_heldout
+from infra.layering import ConfigError
 from rewards.contract import RewardRequest, get_reward, safe_score
 
 
 def write_stage_heldout(metrics: Iterable[str], n: int, seed: int, heldout_dir: Path) -> dict[str, Path]:
-    """Write the held-out set of each metric; return ``metric -> path``."""
-    return {m: write_heldout(m, n, seed, heldout_dir) for m in dict.fromkeys(metrics)}
+    """Write the held-out set of each metric; return ``metric -> path``.
+
+    Raises :class:`~infra.layering.ConfigError` naming ``eval.targets``/``eval.guardrails`` for a metric
+    with no embedded held-out set (one a stage registers only when it is imported, e.g. stage 08's).
+    """
+    metrics = list(dict.fromkeys(metrics))
+    unknown = [m for m in metrics if m not in METRIC_FAMILIES]
+    if unknown:
+        raise ConfigError(
+            f"eval.targets/eval.guardrails: no embedded held-out set for {', '.join(map(repr, unknown))};"
+            f" known: {', '.join(METRIC_FAMILIES)}"
+        )
+    return {m: write_heldout(m, n, seed, heldout_dir) for m in metrics}
 
 
 def _norm(text: str) -> str:
