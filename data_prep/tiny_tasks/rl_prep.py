@@ -99,7 +99,7 @@ def decontaminate(
     removed = Counter(m.benchmark for m in matches if m is not None)
     report = {
         "rule": "word 8-grams, >=50% of one item's phrases (data_prep.decontaminate)"
-        + ("; phrases shared by two or more items of a set are template, not indexed" if drop_shared else ""),
+        + ("; phrases two distinct held-out items share are template, not indexed" if drop_shared else ""),
         "items": {name: len(items) for name, items in benchmarks.items()},
         "skipped_short_items": dict(index.skipped_short),
         "scanned": len(rows),
