@@ -145,6 +145,7 @@ def test_malformed_rows_dropped_and_counted_repairs_applied(prepared):
 def test_planted_heldout_copies_removed(prepared, planted):
     _, summary, train, held, manifest = prepared
     report = manifest["heldout_decontamination"]
+    assert "drop_shared" in report["rule"]  # the held-out sets' template phrases are not evidence
     assert sorted(report["removed_ids"]) == [
         "planted/leak-code#0",
         "planted/leak-format#0",

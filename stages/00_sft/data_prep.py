@@ -241,7 +241,11 @@ def finish(
         },
         {"step": "heldout_sft_slice", "count": train.count, "heldout_sft": held.count},
     ]
-    manifest["heldout_decontamination"] = report.as_dict()
+    manifest["heldout_decontamination"] = {
+        "rule": "word 8-grams, >=50% of one item's phrases; phrases two distinct held-out items share are "
+        "template, not indexed (build_index drop_shared)",
+        **report.as_dict(),
+    }
     manifest["mixture"] = mixture.rows()
     manifest["mixture_scope"] = "train.jsonl + heldout_sft.jsonl"
     manifest["malformed"]["post_build"] = malformed.as_dict()
