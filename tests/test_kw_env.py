@@ -207,3 +207,18 @@ def test_bash_runs_in_the_sandbox_not_on_the_host(env: KwEnv) -> None:
 
     uid, repo, rubric, cwd = asyncio.run(run()).splitlines()[:4]
     assert int(uid) >= 100_000 and (repo, rubric, cwd) == ("no-repo", "no-rubric", "/app")
+
+
+def test_a_rollout_refuses_more_workers_than_the_service_runners_it_can_hold(release: Path) -> None:
+    """With fewer runners than lockstep workers the rollout stalled (episodes waiting on each other)."""
+    from infra.environments.agent import AgentOptions, AgentToolEnvironment
+    from infra.layering import ConfigError
+
+    spec = f"kw:tasks={release},servers=2"
+    assert load_environment(spec).episode_capacity() == 2
+    assert load_environment(f"{spec},transport=mcp").episode_capacity() is None  # a server per episode
+    env = AgentToolEnvironment(AgentOptions(env=spec, concurrency=4))
+    assert env.worker_slots(1) == 1  # one episode needs one worker
+    with pytest.raises(ConfigError, match=r"rl.environment.options.concurrency=4: .* only 2 episodes"):
+        env.worker_slots(64)
+    assert AgentToolEnvironment(AgentOptions(env="kw_tiny", concurrency=4)).worker_slots(64) == 4

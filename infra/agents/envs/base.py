@@ -106,6 +106,14 @@ class AgentEnvironment(ABC):
         """Return extra Strands hooks for the episode."""
         return []
 
+    def episode_capacity(self) -> int | None:
+        """How many episodes can hold their resources at once (None: no limit).
+
+        An episode that waits for a resource another one holds would stall a lockstep rollout, which runs
+        a model batch only once every worker has asked; the rollout refuses more workers than this.
+        """
+        return None
+
     async def reset(self, task: AgentTask) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the environment for ``task`` (boot sandboxes, open sessions)."""
 

@@ -155,6 +155,10 @@ class KwEnv(AgentEnvironment):
         """The offered Feather and endpoint tools of the current episode ([] outside one)."""
         return list(self._tools)
 
+    def episode_capacity(self) -> int | None:
+        """The warm service runners (``servers``): a dispatch episode holds one until it ends."""
+        return self.runtime_options.servers if self.runtime_options.transport != "mcp" else None
+
     def _start(self, spec: KwTaskSpec) -> None:
         rt = runtime(self.runtime_options)
         try:

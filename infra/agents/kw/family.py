@@ -49,8 +49,10 @@ LIMITS = {
     "tool_result_max_tokens": 384,
     "max_tool_errors": 3,
 }
-#: Sandbox sizes at this scale: one spare sandbox, a small workspace, two warm service runners.
-RUNTIME = {"spares": 1, "servers": 2, "workspace_mb": 16, "command_timeout": 20}
+#: Sandbox sizes at this scale: one spare sandbox, a small workspace, a warm service runner per concurrent
+#: episode (stage 08 runs 4; with 2, two episodes waited for a runner while the other two waited for a
+#: model batch that waits for all four: the rollout stalled until the 600 s client timeout).
+RUNTIME = {"spares": 1, "servers": 4, "workspace_mb": 16, "command_timeout": 20}
 #: The tools offered at this scale: the ones every gold plan calls (Feather's read, write and bash, with
 #: compact specs, and the services' list_ endpoints). All fifteen full specs take ~3.1K micro-model tokens,
 #: more than the agent SFT phase's 1,280-token sequences.
