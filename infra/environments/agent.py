@@ -135,7 +135,7 @@ class AgentToolEnvironment(Environment):
         return [task_row(t, self.options, **metadata) for t in self.agent_env().tasks(n, seed)]
 
     def worker_slots(self, episodes: int) -> int:
-        """Lockstep workers for ``episodes``; a ConfigError if the environment cannot hold that many at once."""
+        """Lockstep workers for ``episodes``; a ConfigError if the environment cannot hold that many."""
         slots = max(1, min(self.options.concurrency, episodes))
         capacity = self.agent_env().episode_capacity()
         if capacity is not None and slots > capacity:
