@@ -123,7 +123,7 @@ class JsonlWriter:
         self.count += 1
 
     def write_serialized(self, data: bytes, rows: int) -> None:
-        """Append ``rows`` rows already serialised as :meth:`write` does (one JSON line each)."""
+        """Append ``rows`` rows already serialised, one JSON object per ``\n``-ended line."""
         self._fh.write(data)
         self._sha.update(data)
         self.count += rows

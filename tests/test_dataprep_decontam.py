@@ -220,21 +220,13 @@ def test_vectorised_phrase_hashes_and_slicing_match_the_plain_definitions():
             assert item_phrases(text, exhaustive) == list(dict.fromkeys(want))
 
 
-def test_ascii_encoder_shortcut_writes_what_json_dumps_writes():
-    from data_prep.decontam_pipeline import _dumps_kept
-
-    for c in range(127):  # DEL (127) is escaped in ASCII mode only, so the shortcut excludes it
-        row = {"id": 1, "s": f"a{chr(c)}b", "n": [1.5, None, True]}
-        raw = json.dumps(row, ensure_ascii=False).encode()
-        assert _dumps_kept(json.loads(raw), raw) == json.dumps(row, ensure_ascii=False)
-    for row in ({"s": "a\x7fb"}, {"s": "caf\u00e9 \x7f \ud7ff"}, {"s": "\U0001f389"}):
-        for raw in (json.dumps(row).encode(), json.dumps(row, ensure_ascii=False).encode()):
-            assert _dumps_kept(json.loads(raw), raw) == json.dumps(row, ensure_ascii=False)
-
-
 @pytest.mark.parametrize("chunk_bytes", [1, 37, 4096, 1 << 20])
 def test_chunked_file_screen_matches_row_by_row_screen(tmp_path, monkeypatch, chunk_bytes):
-    """decontaminate_file (chunks, a worker pool) writes exactly what read_jsonl + screen_rows give."""
+    """decontaminate_file (chunks, a worker pool) screens exactly as read_jsonl + screen_rows do.
+
+    Kept rows are their corpus lines as read (no line ending, no byte-order mark), removed rows the row
+    re-serialised with its match.
+    """
     from data_prep import decontam_pipeline as dp
     from data_prep.io import JsonlWriter, MalformedCounter, read_jsonl
 
@@ -250,10 +242,13 @@ def test_chunked_file_screen_matches_row_by_row_screen(tmp_path, monkeypatch, ch
     loaded = [("ifeval", ITEMS, False)]
     index = build_index(loaded)
     ref_report, ref_bad = dp.new_report(index, loaded), MalformedCounter()
-    with JsonlWriter(tmp_path / "ref_kept.jsonl") as kept, JsonlWriter(tmp_path / "ref_rm.jsonl") as rm:
+    raw_line = {json.loads(x.removeprefix(b"\xef\xbb\xbf"))["id"]: x for x in lines[:81]}
+    ref_kept = b""
+    with JsonlWriter(tmp_path / "ref_rm.jsonl") as rm:
         for row, match in dp.screen_rows(read_jsonl(corpus, ref_bad), index, ref_report, ref_bad):
             if match is None:
-                kept.write(row)
+                ref_kept += raw_line[row["id"]].removeprefix(b"\xef\xbb\xbf").rstrip(b"\r") + b"\n"
+                assert json.loads(raw_line[row["id"]]) == row
             else:
                 info = {"benchmark": match.benchmark, "item_id": match.item_id}
                 rm.write({**row, "decontam": {**info, "phrase_hits": match.hits, "phrases": match.phrases}})
@@ -262,7 +257,7 @@ def test_chunked_file_screen_matches_row_by_row_screen(tmp_path, monkeypatch, ch
     for workers in (1, 2):
         out = tmp_path / f"out{workers}"
         report, bad, _ = dp.decontaminate_file(corpus, {"ifeval": "unused"}, out, workers=workers)
-        assert (out / "kept.jsonl").read_bytes() == (tmp_path / "ref_kept.jsonl").read_bytes()
+        assert (out / "kept.jsonl").read_bytes() == ref_kept
         assert (out / "removed.jsonl").read_bytes() == (tmp_path / "ref_rm.jsonl").read_bytes()
         assert report.as_dict() == ref_report.as_dict() and bad.as_dict() == ref_bad.as_dict()
     assert ref_report.removed_ids[:2] == ["bom", "0"] and len(ref_report.removed_ids) == 17
