@@ -24,28 +24,54 @@ from rich.text import Text
 
 from infra.layering import ConfigError
 
-app = typer.Typer(
+_app = typer.Typer(
     help="Rufus-Air: a staged LLM post-training recipe, stage by stage, at production or embedded scale.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 reward_app = typer.Typer(help="Score model outputs with the recipe's rewards.", no_args_is_help=True)
-app.add_typer(reward_app, name="reward")
+_app.add_typer(reward_app, name="reward")
 console = Console()
 
 
-def _mount_subcommands() -> None:
-    """Attach the commands that live beside their packages (decontam, reward code, rollout, gates)."""
-    from data_prep.cli import decontam
-    from infra.agents.cli import rollout
-    from infra.agents.harbor.validate_tasks import validate_tasks
-    from rewards.code_cli import score_pairs_cli
+# Commands that live beside their packages, imported only when invoked or listed: ``validate-tasks`` pulls
+# in the agent stack (strands, transformers; ~1.5 s), which every other command would pay at start-up.
+_SUBCOMMANDS = {  # command -> (its Typer group, module, function)
+    "decontam": ("", "data_prep.cli", "decontam"),
+    "rollout": ("", "infra.agents.cli", "rollout"),
+    "validate-tasks": ("", "infra.agents.harbor.validate_tasks", "validate_tasks"),
+    "code": ("reward", "rewards.code_cli", "score_pairs_cli"),
+}
+_mounted: set[str] = set()
 
-    app.command("decontam")(decontam)  # a plain command: its usage shows options, no COMMAND
-    app.command("rollout")(rollout)
-    app.command("validate-tasks")(validate_tasks)
-    reward_app.command("code")(score_pairs_cli)
+
+def _builtin_names() -> set[str]:
+    """The names of the commands defined in this module (Typer's: the function's, dashed)."""
+    return {c.name or c.callback.__name__.replace("_", "-") for c in _app.registered_commands if c.callback}
+
+
+def _mount_subcommands(argv: list[str] | None = None) -> None:
+    """Attach the package-side commands: all of them, or with ``argv`` only the one it invokes (none when
+    it invokes a built-in command; all when it asks for help or names no command)."""
+    import importlib
+
+    words = [a for a in argv or [] if not a.startswith("-")]
+    names = list(_SUBCOMMANDS)
+    if words and argv is not None:
+        group = words[0] if words[0] == "reward" else ""
+        first = words[1] if group and len(words) > 1 else words[0]
+        if first in _SUBCOMMANDS:
+            names = [first]
+        elif not group and first in _builtin_names():
+            names = []
+    for name in names:
+        if name in _mounted:
+            continue
+        group, module, attr = _SUBCOMMANDS[name]
+        target = reward_app if group == "reward" else _app
+        target.command(name)(getattr(importlib.import_module(module), attr))
+        _mounted.add(name)
 
 
 class PlanFormat(str, Enum):
@@ -80,7 +106,7 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
-@app.command()
+@_app.command()
 def run(
     recipe: Path = typer.Argument(..., help="Recipe YAML, e.g. recipes/tiny.yaml."),
     start: str | None = typer.Option(None, "--from", help="First stage to run (earlier ones must be done)."),
@@ -126,7 +152,7 @@ def run(
         console.print(f"dry run of {len(manifest.stages)} stage(s) written under {rd}")
 
 
-@app.command()
+@_app.command()
 def plan(
     recipe: Path = typer.Argument(..., help="Recipe YAML with the production profile."),
     fmt: PlanFormat = typer.Option(PlanFormat.text, "--format", help="text or json."),
@@ -162,7 +188,7 @@ def plan(
         execute_plan(plans)
 
 
-@app.command()
+@_app.command()
 def preflight(
     stage: str = typer.Argument(
         ..., help="A stage folder (stages/01_reasoning_rl) or a stage id of --recipe."
@@ -214,7 +240,7 @@ def _print_status(run_dir: Path) -> None:
     _print_table(table)
 
 
-@app.command()
+@_app.command()
 def status(run_dir: Path = typer.Argument(..., help="A run directory, e.g. runs/tiny.")) -> None:
     """Show each stage of a run: status, times, checkpoints and headline metrics."""
     try:
@@ -223,7 +249,7 @@ def status(run_dir: Path = typer.Argument(..., help="A run directory, e.g. runs/
         _fail(exc)
 
 
-@app.command()
+@_app.command()
 def stage(
     stage_dir: Path = typer.Argument(..., help="A stage folder, e.g. stages/01_reasoning_rl."),
     step: StageStep = typer.Argument(..., help="prep, train or eval."),
@@ -250,7 +276,7 @@ def stage(
     console.print_json(json.dumps(out, default=str))
 
 
-@app.command()
+@_app.command()
 def report(
     run_dir: Path | None = typer.Argument(None, help="A run directory (omit with --production)."),
     compare: Path | None = typer.Option(
@@ -281,7 +307,7 @@ def report(
     console.print(f"report written to {out}")
 
 
-@app.command()
+@_app.command()
 def seeds(
     run_dirs: list[Path] = typer.Argument(
         ..., help="Two or more run directories of one recipe (one per seed)."
@@ -312,13 +338,19 @@ def seeds(
     console.print(f"seed report written to {written} (plot: {written.with_suffix('.png').name})")
 
 
-_mount_subcommands()
+def __getattr__(name: str) -> typer.Typer:
+    """``infra.cli.app``: the whole command line, every package-side command mounted (PEP 562)."""
+    if name == "app":
+        _mount_subcommands()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """Console-script entry point."""
+    _mount_subcommands(sys.argv[1:])
     try:
-        app()
+        _app()
     except ConfigError as exc:
         console.print(_error_line(exc), soft_wrap=True)
         sys.exit(2)
