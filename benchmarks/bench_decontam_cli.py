@@ -25,11 +25,13 @@ wall MB/s past the fixed cost with W workers >= 90% of W x the 1-worker figure).
 cores: on a busy machine the wall-clock figures say little; the per-CPU-second figures hold up better.
 With ``--quick`` the fixed cost dominates and the "past the fixed cost" figures are noise.
 
-Last measured (2 cores shared with two training jobs at load 3-7, so +-30%): fixed cost 1.1-1.4 CPU-s
-(was 3.0-3.7 before the index hashing was vectorised; ~0.6 s of it is interpreter start-up and the
-``infra.cli`` imports), past it 35-50 MB/CPU-s with 1 worker; end to end on 20 MB 10-12 MB/CPU-s (was
-~5), on 50 MB ~16. The per-MB cost splits roughly into the hash scan 1/3, ``json.loads`` and the line
-checks 1/4, re-serialising kept rows 1/4, text extraction and normalisation the rest.
+Last measured (2026-12-02, `--mb 144 --workers 1`, the other core running a training job; the previous
+commit in the same minutes, through ``python -m infra.cli``): end to end 37.4 MB/CPU-s (3.86 CPU-s) against
+22.4 (6.42) before, 1.7x; fixed cost 1.25 CPU-s against 3.62 (the CLI no longer imports the agent stack for
+``decontam``: ``infra.cli`` loads package-side commands only when invoked), of which the index build is
+~0.6; past it 55 MB/CPU-s against 51 (kept rows are written as read instead of re-serialised). The goal's
+50 MB/CPU-s end to end is reached from ~660 MB of corpus on, not at 144 MB. Per MB, the hash engine is
+~55% of the CPU, ``json.loads`` ~20% (308 MB/s here), row text, output hashing and writing the rest.
 """
 
 from __future__ import annotations

@@ -124,7 +124,8 @@ def decontam(
 ) -> None:
     """Remove benchmark-contaminated rows from a corpus.
 
-    Writes kept.jsonl, removed.jsonl (with the matching benchmark item), report.json and manifest.json.
+    Writes kept.jsonl (each kept row's corpus line as read), removed.jsonl (the row with the matching
+    benchmark item), report.json and manifest.json.
 
     Malformed corpus rows and benchmark records are counted apart ("malformed", "benchmark_malformed").
 
