@@ -167,6 +167,15 @@ def _phrase_hashes(phrases: Sequence[bytes], chunk: int = 1 << 14) -> tuple[np.n
     return np.concatenate(hashes), np.concatenate(spaces)
 
 
+def screen_rule(drop_shared: bool = False) -> str:
+    """The screen's rule in words, for manifests (``drop_shared`` as :func:`build_index` takes it)."""
+    rule = "word 8-grams, >=50% of one item's phrases (data_prep.decontaminate)"
+    if drop_shared:
+        rule += "; phrases two distinct held-out items share are template, not indexed"
+        rule += " (build_index drop_shared)"
+    return rule
+
+
 def build_index(
     benchmarks: Sequence[tuple[str, Sequence[BenchmarkItem], bool]],
     threshold: float = THRESHOLD,

@@ -12,6 +12,7 @@ rufus report --production /mnt/rufus/eval_results [--compare DIR]   # Table 2 fr
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from enum import Enum
@@ -37,11 +38,11 @@ console = Console()
 
 # Commands that live beside their packages, imported only when invoked or listed: ``validate-tasks`` pulls
 # in the agent stack (strands, transformers; ~1.5 s), which every other command would pay at start-up.
-_SUBCOMMANDS = {  # command -> (its Typer group, module, function)
-    "decontam": ("", "data_prep.cli", "decontam"),
-    "rollout": ("", "infra.agents.cli", "rollout"),
-    "validate-tasks": ("", "infra.agents.harbor.validate_tasks", "validate_tasks"),
-    "code": ("reward", "rewards.code_cli", "score_pairs_cli"),
+_SUBCOMMANDS = {  # command -> (the Typer group it joins, module, function)
+    "decontam": (_app, "data_prep.cli", "decontam"),
+    "rollout": (_app, "infra.agents.cli", "rollout"),
+    "validate-tasks": (_app, "infra.agents.harbor.validate_tasks", "validate_tasks"),
+    "code": (reward_app, "rewards.code_cli", "score_pairs_cli"),
 }
 _mounted: set[str] = set()
 
@@ -54,24 +55,18 @@ def _builtin_names() -> set[str]:
 def _mount_subcommands(argv: list[str] | None = None) -> None:
     """Attach the package-side commands: all of them, or with ``argv`` only the one it invokes (none when
     it invokes a built-in command; all when it asks for help or names no command)."""
-    import importlib
-
     words = [a for a in argv or [] if not a.startswith("-")]
+    invoked = words[1] if words[:1] == ["reward"] and len(words) > 1 else (words[0] if words else None)
     names = list(_SUBCOMMANDS)
-    if words and argv is not None:
-        group = words[0] if words[0] == "reward" else ""
-        first = words[1] if group and len(words) > 1 else words[0]
-        if first in _SUBCOMMANDS:
-            names = [first]
-        elif not group and first in _builtin_names():
-            names = []
+    if invoked in _SUBCOMMANDS:
+        names = [invoked]
+    elif invoked in _builtin_names():
+        names = []
     for name in names:
-        if name in _mounted:
-            continue
-        group, module, attr = _SUBCOMMANDS[name]
-        target = reward_app if group == "reward" else _app
-        target.command(name)(getattr(importlib.import_module(module), attr))
-        _mounted.add(name)
+        if name not in _mounted:
+            group, module, attr = _SUBCOMMANDS[name]
+            group.command(name)(getattr(importlib.import_module(module), attr))
+            _mounted.add(name)
 
 
 class PlanFormat(str, Enum):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.decontam_pipeline import row_text
-from data_prep.decontaminate import build_index, scan_texts
+from data_prep.decontaminate import build_index, scan_texts, screen_rule
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import METRIC_FAMILIES, TinyTask, write_heldout
 from infra.layering import ConfigError
@@ -98,8 +98,7 @@ def decontaminate(
     kept = [r for r, m in zip(rows, matches, strict=True) if m is None]
     removed = Counter(m.benchmark for m in matches if m is not None)
     report = {
-        "rule": "word 8-grams, >=50% of one item's phrases (data_prep.decontaminate)"
-        + ("; phrases two distinct held-out items share are template, not indexed" if drop_shared else ""),
+        "rule": screen_rule(drop_shared),
         "items": {name: len(items) for name, items in benchmarks.items()},
         "skipped_short_items": dict(index.skipped_short),
         "scanned": len(rows),

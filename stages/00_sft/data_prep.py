@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_prep.benchmarks import ALL_BENCHMARKS, CHAINED, BenchmarkItem
 from data_prep.decontam_pipeline import new_report, screen_rows
-from data_prep.decontaminate import PhraseIndex, build_index
+from data_prep.decontaminate import PhraseIndex, build_index, screen_rule
 from data_prep.io import JsonlWriter, MalformedCounter, atomic_write_text, read_jsonl, sha256_file
 from data_prep.length import measure
 from data_prep.mixture import MixtureAccumulator
@@ -241,11 +241,7 @@ def finish(
         },
         {"step": "heldout_sft_slice", "count": train.count, "heldout_sft": held.count},
     ]
-    manifest["heldout_decontamination"] = {
-        "rule": "word 8-grams, >=50% of one item's phrases; phrases two distinct held-out items share are "
-        "template, not indexed (build_index drop_shared)",
-        **report.as_dict(),
-    }
+    manifest["heldout_decontamination"] = {"rule": screen_rule(drop_shared=True), **report.as_dict()}
     manifest["mixture"] = mixture.rows()
     manifest["mixture_scope"] = "train.jsonl + heldout_sft.jsonl"
     manifest["malformed"]["post_build"] = malformed.as_dict()
