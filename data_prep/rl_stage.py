@@ -39,6 +39,7 @@ from data_prep.tiny_tasks.rl_prep import (
     reference_self_check,
     rows_to_jsonl,
     write_stage_heldout,
+    write_stage_validation,
 )
 from infra.layering import ConfigError
 
@@ -169,8 +170,9 @@ def start_manifest(
 ) -> tuple[Manifest, dict[str, Path]]:
     """Return a new manifest and the held-out sets (``metric -> path``) written for the stage's metrics.
 
-    ``params`` needs ``heldout_per_metric``; the held-out files are recorded as outputs. This module is
-    hashed into ``script_sha256`` together with ``code_files``.
+    ``params`` needs ``heldout_per_metric``; the held-out files are recorded as outputs. With
+    ``eval.select_by: validation`` the targets' validation sets are written too (``validation/``). This
+    module is hashed into ``script_sha256`` together with ``code_files``.
     """
     args = {**params.model_dump(), "profile": ctx.profile, "seed": ctx.seed}
     manifest = Manifest(kind, args=args, code_files=[*code_files, Path(__file__)])
@@ -179,6 +181,13 @@ def start_manifest(
     heldout = write_stage_heldout(metrics, params.heldout_per_metric, ctx.seed, ctx.heldout_dir)
     for path in heldout.values():
         manifest.add_output(path)
+    if cfg.select_by == "validation":
+        paths, dropped = write_stage_validation(
+            cfg.targets, cfg.validation_per_metric, ctx.seed, ctx.out_dir / "validation", heldout
+        )
+        for path in paths.values():
+            manifest.add_output(path)
+        manifest.set("validation", {"per_metric": cfg.validation_per_metric, "dropped_as_heldout": dropped})
     return manifest, heldout
 
 

@@ -61,6 +61,11 @@ class StageJob:
     def heldout_dir(self) -> Path:
         return self.data_dir / "heldout"
 
+    @property
+    def validation_dir(self) -> Path:
+        """Validation sets for RL checkpoint selection (``eval.select_by: validation``)."""
+        return self.data_dir / "validation"
+
 
 @dataclass
 class TrainResult:

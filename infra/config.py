@@ -280,8 +280,15 @@ class BenchmarkRoles(StrictModel):
         return list(dict.fromkeys([*self.targets, *self.guardrails]))
 
 
-class EvalConfig(StrictModel):
-    """What the driver evaluates on the stage's input and output checkpoints."""
+class EvalConfig(OmitLaterDefaults, StrictModel):
+    """What the driver evaluates on the stage's input and output checkpoints, and how RL picks its export."""
+
+    _ADDED_LATER: ClassVar[tuple[str, ...]] = (
+        "select_by",
+        "validation_interval",
+        "validation_per_metric",
+        "validation_samples",
+    )
 
     targets: list[str] = Field(description="Metrics the stage must raise.")
     guardrails: list[str] = Field(default_factory=list, description="Metrics it must not break.")
@@ -291,6 +298,16 @@ class EvalConfig(StrictModel):
     samples_per_prompt: int = Field(default=1, ge=1, description="Samples per held-out prompt (avg@k).")
     max_response_tokens: int | None = Field(default=None, description="Defaults to the training budget.")
     temperature: float = Field(default=0.0, ge=0, description="0 = greedy.")
+    select_by: Literal["last", "validation"] = Field(
+        default="last",
+        description="RL checkpoint carried forward: the last, or the best on a validation split of the "
+        "targets scored every `validation_interval` rollouts (embedded trainer only).",
+    )
+    validation_interval: int = Field(default=5, ge=1, description="Rollouts between validation scores.")
+    validation_per_metric: int = Field(
+        default=96, ge=1, description="Validation prompts per target (held-out prompts left out)."
+    )
+    validation_samples: int = Field(default=4, ge=1, description="Samples per validation prompt (avg@k).")
 
 
 #: Policy settings that are sizes (token counts), the only ones an ``embedded`` section may change.
@@ -358,6 +375,8 @@ class StageConfig(StrictModel):
             raise ValueError("kind 'sft' needs an `sft` section")
         if self.kind == "rl" and self.rl is None:
             raise ValueError("kind 'rl' needs an `rl` section")
+        if self.eval.select_by == "validation" and self.kind != "rl":
+            raise ValueError("eval.select_by 'validation' picks an RL checkpoint; SFT uses sft.select_by")
         return self
 
 

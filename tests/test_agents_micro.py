@@ -87,3 +87,18 @@ def test_cli_rollout_with_micro_writes_aligned_records(tmp_path: Path) -> None:
         assert r["termination"] in {t.value for t in Termination}
     bad = CliRunner().invoke(app, ["--env", "nope", "--model", "micro", "--n", "1", "--out", str(out)])
     assert bad.exit_code == 2 and "unknown environment" in bad.output
+
+
+def test_a_client_that_left_is_not_a_server_traceback(micro_server) -> None:  # noqa: ANN001
+    """Answering a client that timed out or was killed (broken pipe) ends its connection quietly."""
+
+    class GoneClient:
+        def write(self, data: bytes) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    handler_cls = micro_server._handler_class()
+    handler = handler_cls.__new__(handler_cls)  # no socket: only the response path is exercised
+    handler.request_version, handler.requestline, handler.command = "HTTP/1.1", "POST /generate", "POST"
+    handler.wfile, handler.close_connection = GoneClient(), False
+    handler._send(200, {"text": "late"})
+    assert handler.close_connection is True

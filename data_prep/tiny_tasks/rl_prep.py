@@ -41,6 +41,33 @@ def write_stage_heldout(metrics: Iterable[str], n: int, seed: int, heldout_dir: 
     return {m: write_heldout(m, n, seed, heldout_dir) for m in metrics}
 
 
+def write_stage_validation(
+    metrics: Iterable[str], n: int, seed: int, validation_dir: Path, heldout: dict[str, Path]
+) -> tuple[dict[str, Path], dict[str, int]]:
+    """Write ``validation/<metric>.jsonl`` for RL checkpoint selection; return paths and held-out drops.
+
+    Drawn like the metric's held-out set (same families and split) from another seed, so it measures the
+    same skill on other prompts; a prompt equal to one of ``heldout[metric]``'s (or to an earlier
+    validation prompt) is dropped, so selecting on it never looks at the held-out score.
+    """
+    from data_prep.io import write_jsonl
+    from data_prep.tiny_tasks import heldout_tasks
+    from data_prep.tiny_tasks.common import int_seed
+
+    paths, dropped = {}, {}
+    for metric in dict.fromkeys(metrics):
+        held = [json.loads(line) for line in Path(heldout[metric]).read_text().splitlines() if line.strip()]
+        tasks = heldout_tasks(metric, n, int_seed("validation", seed))
+        kept, n_held = drop_heldout_overlap(tasks, held)
+        unique: dict[str, TinyTask] = {}
+        for task in kept:
+            unique.setdefault(_norm(prompt_text(task.prompt_row())), task)
+        dropped[metric] = n_held + len(kept) - len(unique)
+        paths[metric] = Path(validation_dir) / f"{metric}.jsonl"
+        write_jsonl(paths[metric], (t.prompt_row().model_dump(mode="json") for t in unique.values()))
+    return paths, dropped
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 

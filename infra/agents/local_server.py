@@ -177,7 +177,10 @@ class GenerateServer:
                 return
 
             def _send(self, status: int, payload: Any) -> None:
-                send_json(self, payload, status)
+                try:
+                    send_json(self, payload, status)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client left (timed out or killed): no one to answer
 
             def do_GET(self) -> None:  # noqa: N802 - stdlib naming
                 if self.path == "/health":

@@ -26,6 +26,9 @@ from infra.backends import TrainResult
 
 EXPORT_MARKER = ".export_complete"
 _PREFIX = "step-"
+#: ``checkpoints/selected/``: the HF folder of the checkpoint a trainer's selection rule holds (SFT held-out
+#: plateau, RL validation); exported at the end instead of the last weights.
+SELECTED = "selected"
 
 
 def rng_state() -> dict[str, Any]:
@@ -140,3 +143,14 @@ def save_hf_folder(
         if marker:
             (tmp / marker).write_text(json.dumps(info or {}, sort_keys=True) + "\n")
     return dest
+
+
+def export_selected(selected: Path, export_dir: Path, info: dict) -> None:
+    """Copy the HF folder ``selected`` to ``export_dir`` atomically, its marker holding ``info``."""
+    export_dir = Path(export_dir)
+    tmp = export_dir.with_name(f".{export_dir.name}.copy")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(selected, tmp)
+    (tmp / EXPORT_MARKER).write_text(json.dumps(info, sort_keys=True) + "\n")
+    shutil.rmtree(export_dir, ignore_errors=True)
+    tmp.rename(export_dir)

@@ -35,6 +35,7 @@ from infra.embedded import checkpointing as ckpt
 from infra.embedded.metrics import MetricsLog
 from infra.embedded.models import load_model, load_tokenizer, pick_device
 from infra.embedded.optim import build_optimizer
+from infra.embedded.rl_select import ValidationSelector
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
 from infra.embedded.sampling import Group, collect_groups, group_filter
 from infra.embedded.token_logprobs import build_batch, logprobs_from_logits, response_logits
@@ -364,12 +365,15 @@ class RLTrainer:
         if exported is not None:
             return exported
         log = MetricsLog(job.metrics_path)
-        done = 0
+        done, select = 0, {}
+        selector = ValidationSelector(job) if self.cfg.eval.select_by == "validation" else None
         latest = ckpt.latest_checkpoint(job.checkpoints_dir)
         if latest is not None:
             state = ckpt.load_checkpoint(latest, self.model, self.opt, self.sched)
             self.cursor.load(state["cursor"])
-            done = int(state["step"])
+            done, select = int(state["step"]), state.get("select", {})
+        elif selector is not None:
+            select["initial"] = selector.score(self.model, self.tokenizer, self.env)
         log.truncate_after(done)
         every = max(1, int(job.extra.get("checkpoint_every", 1)))
         total = len(self.plan)
@@ -377,9 +381,13 @@ class RLTrainer:
         with progress(f"RL {job.stage.id}", total, done) as advance:
             for step in range(done + 1, total + 1):
                 last = self.step(step)
+                if selector is not None and selector.is_due(step, total):
+                    last["validation_score"] = selector.score(self.model, self.tokenizer, self.env)
+                    selector.observe(step, last["validation_score"], select, self.model, self.tokenizer)
+                    last["selected_step"] = select["selected_step"]
                 log.append(last)
-                if step % every == 0 or step == total:
-                    state = {"step": step, "cursor": self.cursor.state()}
+                if step % every == 0 or step == total or "validation_score" in last:
+                    state = {"step": step, "cursor": self.cursor.state(), "select": select}
                     ckpt.save_checkpoint(job.checkpoints_dir, step, self.model, self.opt, self.sched, state)
                 advance(reward=last["reward_mean"], pass_rate=last["pass_rate"])
         rows = log.rows()[-max(1, math.ceil(total / 10)) :]
@@ -388,6 +396,14 @@ class RLTrainer:
             for k in ("reward_mean", "pass_rate", "response_length_mean")
         }
         summary["steps"] = float(total)
+        if selector is not None:
+            if not selector.ready(select):
+                raise RuntimeError(f"{selector.selected_dir}: does not hold the selected step {select}")
+            step = int(select["selected_step"])
+            summary.update(validation_score=select["best"], initial_validation_score=select["initial"])
+            info = {"selected_step": step, "summary": summary}
+            ckpt.export_selected(selector.selected_dir, job.export_dir, info)
+            return TrainResult(job.export_dir, step, summary)
         info = {"selected_step": total, "summary": summary}
         ckpt.save_hf_folder(job.export_dir, self.model, self.tokenizer, ckpt.EXPORT_MARKER, info)
         return TrainResult(job.export_dir, total, summary)

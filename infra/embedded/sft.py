@@ -16,9 +16,7 @@ is on its plateau and training stops. The export is the selected checkpoint (or 
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +34,7 @@ from infra.embedded.optim import build_optimizer
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
 from infra.plateau import observe_heldout
 
-SELECTED = "selected"
+SELECTED = ckpt.SELECTED
 
 
 @dataclass
@@ -268,12 +266,7 @@ class SFTTrainer:
             step = int(state["selected_step"])
             summary["heldout_loss"] = float(state["best"])
             info = {"selected_step": step, "summary": summary, "plateau": bool(state["plateau"])}
-            tmp = job.export_dir.with_name(f".{job.export_dir.name}.copy")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(selected, tmp)
-            (tmp / ckpt.EXPORT_MARKER).write_text(json.dumps(info, sort_keys=True) + "\n")
-            shutil.rmtree(job.export_dir, ignore_errors=True)
-            tmp.rename(job.export_dir)
+            ckpt.export_selected(selected, job.export_dir, info)
         else:
             step = int(state["step"])
             info = {"selected_step": step, "summary": summary, "plateau": False}

@@ -110,6 +110,11 @@ def render_stage(
     stage's own steps before training (:func:`stage_setup_steps`).
     """
     prod = config.production
+    if config.eval.select_by != "last":
+        raise ConfigError(
+            f"{stage_id}: eval.select_by {config.eval.select_by!r} is the embedded trainer's checkpoint "
+            "rule; the production runbook exports the last RL checkpoint (set it under `embedded.eval`)"
+        )
     preflight = preflight_command(stage_id, init_hf, cluster, stage_files, first)
     steps: list[Step] = [Step("preflight", preflight), *(setup or [])]
     selecting = config.kind == "sft" and config.sft.select_by == "heldout_plateau"
