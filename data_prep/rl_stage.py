@@ -183,11 +183,23 @@ def start_manifest(
         manifest.add_output(path)
     if cfg.select_by == "validation":
         paths, dropped = write_stage_validation(
-            cfg.targets, cfg.validation_per_metric, ctx.seed, ctx.out_dir / "validation", heldout
+            cfg.selecting_targets,
+            cfg.validation_per_metric,
+            ctx.seed,
+            ctx.out_dir / "validation",
+            heldout,
+            cfg.validation_split,
         )
         for path in paths.values():
             manifest.add_output(path)
-        manifest.set("validation", {"per_metric": cfg.validation_per_metric, "dropped_as_heldout": dropped})
+        manifest.set(
+            "validation",
+            {
+                "per_metric": cfg.validation_per_metric,
+                "split": cfg.validation_split,
+                "dropped_as_heldout": dropped,
+            },
+        )
     return manifest, heldout
 
 

@@ -288,6 +288,8 @@ class EvalConfig(OmitLaterDefaults, StrictModel):
         "validation_interval",
         "validation_per_metric",
         "validation_samples",
+        "validation_targets",
+        "validation_split",
     )
 
     targets: list[str] = Field(description="Metrics the stage must raise.")
@@ -308,6 +310,30 @@ class EvalConfig(OmitLaterDefaults, StrictModel):
         default=96, ge=1, description="Validation prompts per target (held-out prompts left out)."
     )
     validation_samples: int = Field(default=4, ge=1, description="Samples per validation prompt (avg@k).")
+    validation_targets: list[str] | None = Field(
+        default=None,
+        description="Targets whose mean validation score selects (default: all; name one when their "
+        "scales differ, e.g. a rate and a raw reward-model score).",
+    )
+
+    validation_split: Literal["heldout", "train"] = Field(
+        default="heldout",
+        description="Tiny-task split the validation prompts are drawn from at another seed, held-out "
+        "prompts left out: the held-out one, or `train` where the held-out prompts are a fixed set of "
+        "cells that another seed would only repeat (07's chat prompts).",
+    )
+
+    @model_validator(mode="after")
+    def _validation_targets_are_targets(self) -> EvalConfig:
+        unknown = [m for m in self.validation_targets or [] if m not in self.targets]
+        if unknown:
+            raise ValueError(f"validation_targets {unknown} are not among targets {self.targets}")
+        return self
+
+    @property
+    def selecting_targets(self) -> list[str]:
+        """The targets scored on their validation sets for RL checkpoint selection."""
+        return list(self.validation_targets or self.targets)
 
 
 #: Policy settings that are sizes (token counts), the only ones an ``embedded`` section may change.

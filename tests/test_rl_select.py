@@ -130,3 +130,25 @@ def test_validation_selection_is_rl_only_and_embedded_only():
     forced = prod.model_copy(update={"eval": StageConfig.model_validate(data).eval})
     with pytest.raises(ConfigError, match="embedded trainer's checkpoint rule"):
         render_stage("02_coding_rl", forced, "/ckpt/in", ClusterProfile(), "run", 0)
+
+
+def test_fixed_heldout_cells_need_the_train_split(tmp_path):
+    """07's chat prompts: another seed of the held-out split only repeats its 20 cells; `train` does not."""
+    # the stage's data prep registers its metric on import
+    resolve_stage(find_stage_folder(Path("stages/07_rlhf")), "embedded").module("data_prep")
+    heldout = {"rlhf_rule_score": write_heldout("rlhf_rule_score", 96, 0, tmp_path / "heldout")}
+    with pytest.raises(ConfigError, match="every validation prompt of 'rlhf_rule_score' is a held-out"):
+        write_stage_validation(["rlhf_rule_score"], 96, 0, tmp_path / "v", heldout)
+    paths, dropped = write_stage_validation(["rlhf_rule_score"], 96, 0, tmp_path / "v", heldout, "train")
+    held = {prompt_text(json.loads(line)) for line in heldout["rlhf_rule_score"].read_text().splitlines()}
+    val = [prompt_text(json.loads(line)) for line in paths["rlhf_rule_score"].read_text().splitlines()]
+    assert len(val) == len(set(val)) == 60 and not held & set(val)  # the 60 training cells, once each
+    assert dropped["rlhf_rule_score"] == 36
+
+
+def test_validation_targets_must_be_targets():
+    data = resolve_stage(find_stage_folder(Path("stages/07_rlhf")), "embedded").config.model_dump(mode="json")
+    assert data["eval"]["validation_targets"] == ["rlhf_rule_score"]  # a rate, not the raw RM score
+    data["eval"]["validation_targets"] = ["code_pass1"]
+    with pytest.raises(ValueError, match=r"validation_targets \['code_pass1'\] are not among targets"):
+        StageConfig.model_validate(data)

@@ -131,15 +131,16 @@ def generate(family: str, n: int, seed: int, split: str = "train") -> list[TinyT
     return GENERATORS[family](n, seed, split)
 
 
-def heldout_tasks(metric: str, n: int, seed: int) -> list[TinyTask]:
-    """Return the ``n`` held-out tasks of ``metric`` (families interleaved for ``sft_format``)."""
+def heldout_tasks(metric: str, n: int, seed: int, split: str = "heldout") -> list[TinyTask]:
+    """Return the ``n`` held-out tasks of ``metric`` (families interleaved for ``sft_format``).
+
+    ``split="train"`` draws the same metric's tasks from the training split (RL validation sets).
+    """
     if metric not in METRIC_FAMILIES:
         raise KeyError(f"unknown embedded metric {metric!r}; known: {', '.join(METRIC_FAMILIES)}")
     families = METRIC_FAMILIES[metric]
     counts = [(n + len(families) - 1 - i) // len(families) for i in range(len(families))]
-    tasks = [
-        t for fam, k in zip(families, counts, strict=True) if k for t in generate(fam, k, seed, "heldout")
-    ]
+    tasks = [t for fam, k in zip(families, counts, strict=True) if k for t in generate(fam, k, seed, split)]
     if metric == "sft_format":
         rng_for("sft_format", seed).shuffle(tasks)
         for task in tasks:

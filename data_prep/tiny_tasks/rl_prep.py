@@ -42,13 +42,20 @@ def write_stage_heldout(metrics: Iterable[str], n: int, seed: int, heldout_dir: 
 
 
 def write_stage_validation(
-    metrics: Iterable[str], n: int, seed: int, validation_dir: Path, heldout: dict[str, Path]
+    metrics: Iterable[str],
+    n: int,
+    seed: int,
+    validation_dir: Path,
+    heldout: dict[str, Path],
+    split: str = "heldout",
 ) -> tuple[dict[str, Path], dict[str, int]]:
-    """Write ``validation/<metric>.jsonl`` for RL checkpoint selection; return paths and held-out drops.
+    """Write ``validation/<metric>.jsonl`` for RL checkpoint selection; return paths and drop counts.
 
-    Drawn like the metric's held-out set (same families and split) from another seed, so it measures the
-    same skill on other prompts; a prompt equal to one of ``heldout[metric]``'s (or to an earlier
-    validation prompt) is dropped, so selecting on it never looks at the held-out score.
+    Drawn like the metric's held-out set (same families; ``split``, by default the held-out one) from
+    another seed, so it measures the same skill on other prompts; a prompt equal to one of
+    ``heldout[metric]``'s (or to an earlier validation prompt) is dropped, so selecting on it never looks
+    at the held-out score (the counts: held-out prompts and repeats). An empty result is a
+    :class:`ConfigError` naming the metric.
     """
     from data_prep.io import write_jsonl
     from data_prep.tiny_tasks import heldout_tasks
@@ -57,12 +64,17 @@ def write_stage_validation(
     paths, dropped = {}, {}
     for metric in dict.fromkeys(metrics):
         held = [json.loads(line) for line in Path(heldout[metric]).read_text().splitlines() if line.strip()]
-        tasks = heldout_tasks(metric, n, int_seed("validation", seed))
+        tasks = heldout_tasks(metric, n, int_seed("validation", seed), split)
         kept, n_held = drop_heldout_overlap(tasks, held)
         unique: dict[str, TinyTask] = {}
         for task in kept:
             unique.setdefault(_norm(prompt_text(task.prompt_row())), task)
         dropped[metric] = n_held + len(kept) - len(unique)
+        if not unique:
+            raise ConfigError(
+                f"eval.validation_split {split!r}: every validation prompt of {metric!r} is a held-out "
+                "prompt (its held-out set is a fixed set of cells; draw validation from split 'train')"
+            )
         paths[metric] = Path(validation_dir) / f"{metric}.jsonl"
         write_jsonl(paths[metric], (t.prompt_row().model_dump(mode="json") for t in unique.values()))
     return paths, dropped

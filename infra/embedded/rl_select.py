@@ -34,7 +34,7 @@ class ValidationSelector:
     def __init__(self, job: StageJob) -> None:
         self.job, self.cfg = job, job.stage.config.eval
         self.rows: dict[str, list[PromptRow]] = {}
-        for metric in self.cfg.targets:
+        for metric in self.cfg.selecting_targets:
             path = job.validation_dir / f"{metric}.jsonl"
             if not path.is_file():
                 raise ConfigError(
@@ -51,7 +51,7 @@ class ValidationSelector:
         return step % self.cfg.validation_interval == 0 or step == total
 
     def score(self, model: Any, tokenizer: Any, stage_env: Any) -> float:
-        """Mean over the targets of avg@``validation_samples`` on their validation sets."""
+        """Mean over the selecting targets of avg@``validation_samples`` on their validation sets."""
         rng = ckpt.rng_state()
         was_training = model.training
         model.eval()

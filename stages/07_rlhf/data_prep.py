@@ -121,9 +121,10 @@ def _embedded_rows(
     )
     manifest.step("reward_model", summary["pairs"], heldout_accuracy=summary["heldout_accuracy"])
     rm = {"reward_model_path": str(rm_dir)}
-    path = heldout[chat.RM_METRIC]
-    rows = [PromptRow.model_validate_json(x) for x in path.read_text().splitlines() if x.strip()]
-    manifest.add_output(path, write_jsonl(path, rows_to_jsonl(_with_reward(rows, **rm))))
+    validation = heldout[chat.RM_METRIC].parent.parent / "validation" / heldout[chat.RM_METRIC].name
+    for path in (heldout[chat.RM_METRIC], *([validation] if validation.is_file() else [])):
+        rows = [PromptRow.model_validate_json(x) for x in path.read_text().splitlines() if x.strip()]
+        manifest.add_output(path, write_jsonl(path, rows_to_jsonl(_with_reward(rows, **rm))))
     tasks = chat.generate(params.train_prompts or 1, seed, "train")
     manifest.step("generated", len(tasks), rule="data_prep.tiny_tasks.chat train split")
     rows = screen_against_evals([t.prompt_row() for t in tasks], heldout, {}, manifest)
