@@ -400,7 +400,9 @@ class RLTrainer:
             if not selector.ready(select):
                 raise RuntimeError(f"{selector.selected_dir}: does not hold the selected step {select}")
             step = int(select["selected_step"])
-            summary.update(validation_score=select["best"], initial_validation_score=select["initial"])
+            summary["validation_score"] = select["best"]
+            if "initial" in select:  # absent when resuming a checkpoint written before selection was on
+                summary["initial_validation_score"] = select["initial"]
             info = {"selected_step": step, "summary": summary}
             ckpt.export_selected(selector.selected_dir, job.export_dir, info)
             return TrainResult(job.export_dir, step, summary)
