@@ -315,7 +315,6 @@ class EvalConfig(OmitLaterDefaults, StrictModel):
         description="Targets whose mean validation score selects (default: all; name one when their "
         "scales differ, e.g. a rate and a raw reward-model score).",
     )
-
     validation_split: Literal["heldout", "train"] = Field(
         default="heldout",
         description="Tiny-task split the validation prompts are drawn from at another seed, held-out "
