@@ -17,7 +17,8 @@ the ones it uses under ``data.sources`` (``{name: ..., revision: ...}`` merged o
 * :func:`template_specs` gives each kept task its sandbox template (fixed CPUs, memory, disk: the task's
   own ``[environment]`` values, else the stage defaults); ``python -m data_prep.harbor_sources
   build-templates --spec templates.json`` bakes them with the E2B CLI (``e2b template create``), the
-  production plan's template step. The runtime that boots those templates per trajectory is not built yet.
+  production plan's template step; the ``harbor`` environment's ``runtime=e2b`` boots one sandbox per
+  trajectory from them (:mod:`infra.agents.harbor.backends`).
 
 Facts behind the registry (no hub access here, so no revision could be pinned; set ``revision`` before a
 production run): SETA-Env's card (``camel-ai/SETA-Env``) lists 4,567 Harbor-style task folders under

@@ -115,7 +115,7 @@ def environment_tasks(env_spec: str, tasks: list[HarborTask]) -> list[AgentTask]
 
 def runtime_coverage(tasks: list[HarborTask]) -> dict[str, Any]:
     """How many kept tasks the local (bubblewrap) runtime can run; the rest need an image backend."""
-    from infra.agents.harbor.env import local_problems
+    from infra.agents.harbor.local_runtime import local_problems
 
     reasons = Counter(p.split(" (")[0] for t in tasks for p in local_problems(t)[:1])
     local = sum(1 for t in tasks if not local_problems(t))

@@ -19,7 +19,8 @@ from agents_scripted import ScriptedBackend, micro_tokenizer
 from data_prep.harbor_generate import generate
 from infra.agents.contract import EnvironmentFailure, Termination
 from infra.agents.envs.base import load_environment
-from infra.agents.harbor.env import HarborEnv, RuntimeCache, RuntimeOptions, build_workspace, open_session
+from infra.agents.harbor.env import HarborEnv
+from infra.agents.harbor.local_runtime import RuntimeCache, RuntimeOptions, build_workspace, open_session
 from infra.agents.harbor.reward import harbor_tests
 from infra.agents.harbor.task import load_task
 from infra.agents.local_server import GenerateServer

@@ -26,7 +26,8 @@ from infra.agents.contract import AgentTask, Termination
 from infra.agents.envs.base import load_environment
 from infra.agents.envs.calculator import CalculatorEnv
 from infra.agents.harbor.command_tool import HarnessOptions, execute_command_tool
-from infra.agents.harbor.env import HarborEnv, RuntimeOptions
+from infra.agents.harbor.env import HarborEnv
+from infra.agents.harbor.local_runtime import RuntimeOptions
 from infra.agents.harbor.reward import harbor_tests
 from infra.agents.harbor.runtime import LocalRuntime, reward_from_files
 from infra.agents.local_server import GenerateServer

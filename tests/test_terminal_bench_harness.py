@@ -25,7 +25,7 @@ from data_prep.harbor_generate import generate
 from eval.harnesses import terminal_bench
 from eval.harnesses.protocol import CellResult
 from eval.harnesses.terminal_bench_env import NO_CAP_S, env_options, load_bench
-from eval.harnesses.terminal_bench_sandboxes import clip, verifier_uploads
+from infra.agents.harbor.sandboxes import clip, verifier_uploads
 from infra.agents.harbor.task import load_task
 from infra.agents.local_server import GenerateServer, micro_model_dir
 from infra.embedded.generation import Generation

@@ -27,7 +27,7 @@ from data_prep.tiny_tasks.rl_prep import prompt_text
 from data_prep.tiny_tasks.sft_sources import screen_text
 from infra.agents.contract import Termination
 from infra.agents.envs.base import load_environment
-from infra.agents.harbor.env import open_session, runtime_cache
+from infra.agents.harbor.local_runtime import open_session, runtime_cache
 from infra.agents.harbor.runtime import execute_command_tool
 from infra.agents.local_server import GenerateServer
 from infra.agents.loop import ModelEndpoint, run_episode

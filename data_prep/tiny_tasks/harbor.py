@@ -146,7 +146,7 @@ def _call_tool(tool: Any, call_id: str, command: str) -> str:
 
 
 def _conversation(env: Any, opts: Any, cache: Any, task: TinyTask) -> dict[str, Any] | None:
-    from infra.agents.harbor.env import open_session
+    from infra.agents.harbor.local_runtime import open_session
     from infra.agents.harbor.runtime import execute_command_tool
     from infra.agents.tools import chat_tool_specs
 
@@ -186,7 +186,7 @@ def gold_conversations(tasks: list[TinyTask], workers: int = 4) -> list[dict[str
     if not tasks:
         return []
     from data_prep.tiny_tasks.harbor_env import TinyHarborEnv
-    from infra.agents.harbor.env import runtime_cache
+    from infra.agents.harbor.local_runtime import runtime_cache
 
     env = TinyHarborEnv()
     opts, cache = replace(env.options, spares=0), runtime_cache()  # each task runs once: boot on demand

@@ -52,16 +52,14 @@ from eval.harnesses.search_bench import ItemOutcome, model_endpoint, server_prob
 from eval.harnesses.terminal_bench_env import (
     E2B_PREFIX,
     NO_CAP_S,
-    RUNTIMES,
     BenchEnv,
     LoadedTasks,
     env_options,
     load_bench,
-    make_backend,
     run_trials,
     tasks_sha256,
-    template_specs,
 )
+from infra.agents.harbor.backends import RUNTIMES, make_backend, template_specs
 from infra.agents.harbor.task import HarborTask
 
 STAGE_CONFIG = REPO_ROOT / "stages" / "05_coding_agent" / "launch.yaml"

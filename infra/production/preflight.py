@@ -6,7 +6,8 @@ renders for every stage) prints one verdict line per check and exits 2 when any 
 * ``stage files`` — the stage's ``reward.py``/``env.py`` import (they register rewards, environments);
 * ``config`` — the stage's ``launch.yaml`` resolves in the production profile;
 * ``hooks`` — every dotted path the stage's ``train.py`` command names imports and is callable;
-* ``environment`` — an RL stage's environment builds from its hook settings, as the slime hooks build it;
+* ``environment`` — an RL stage's environment builds from its hook settings, as the slime hooks build it,
+  and its runtime can run here (an agent environment's ``preflight()``: e.g. harbor's E2B key);
 * ``reward`` — the known-good and known-bad samples of the stage's ``preflight.json`` score 1 and 0
   (through the slime reward hook for RL stages), neither aborted;
 * ``sandbox`` / ``judge`` — one bubblewrap isolation probe, one judge call, when ``preflight.json``'s
@@ -126,6 +127,10 @@ def check_environment(stage: Any) -> Check:
         return Check(
             "environment", "fail", f"rl.environment {stage.config.rl.environment.name!r}: {_error(exc)}"
         )
+    agent_env = getattr(env, "agent_env", None)
+    problem = agent_env().preflight() if callable(agent_env) else None
+    if problem:
+        return Check("environment", "fail", f"rl.environment {env.options.env!r}: {problem}")
     turns = "multi-turn" if env.multi_turn else "single-turn"
     return Check("environment", "ok", f"{env.name!r} builds ({turns})")
 

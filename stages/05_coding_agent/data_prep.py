@@ -16,11 +16,12 @@ keeps ~4K tasks. The kept tasks' sandbox templates go to ``templates.json``, whi
 
 Rows are the environment's own tasks (``HarborEnv.task_of``), so their ``metadata`` is what the environment
 and slime's generate hook read back. ``manifest.json`` also says how many kept tasks the local (bubblewrap)
-runtime can run (``runtime``): tasks that need their image run only on a sandbox backend that boots baked
-templates, which is not built yet. Embedded: the tiny Harbor task set of :mod:`data_prep.tiny_tasks.harbor`
-(generated offline; that each reference passes and doing nothing fails is checked by
-``tests/test_tiny_harbor.py``, and a task whose reference fails never becomes an SFT trajectory) → the
-held-out screens; learnability is left to DAPO's online nonzero-std filter (``filter_samples: 0``).
+runtime can run (``runtime``): the rest need their image, which production's ``runtime=e2b`` boots from the
+baked templates (the learnability filter's episodes run on that runtime, so bake before filtering).
+Embedded: the tiny Harbor task set of :mod:`data_prep.tiny_tasks.harbor` (generated offline; that each
+reference passes and doing nothing fails is checked by ``tests/test_tiny_harbor.py``, and a task whose
+reference fails never becomes an SFT trajectory) → the held-out screens; learnability is left to DAPO's
+online nonzero-std filter (``filter_samples: 0``).
 """
 
 from __future__ import annotations

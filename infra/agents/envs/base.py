@@ -114,6 +114,10 @@ class AgentEnvironment(ABC):
         """
         return None
 
+    def preflight(self) -> str | None:
+        """Why this environment cannot run episodes on this host (a backend, a key), or None when it can."""
+        return None
+
     async def reset(self, task: AgentTask) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the environment for ``task`` (boot sandboxes, open sessions)."""
 

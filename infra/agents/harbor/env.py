@@ -1,36 +1,36 @@
 """The ``harbor`` agent environment: Harbor-format terminal tasks, one fresh sandbox per trajectory.
 
-Spec: ``harbor:tasks=/path/to/tasks_root[,spares=2,runtimes=8,command_timeout=30,verifier_timeout=120,
-output_tokens=512,workspace_mb=256,<EpisodeLimits fields>]`` (``rl.environment: {name: agent, options:
-{env: "harbor:tasks=..."}}``; the production hook and the Ray environment actors load it by the same spec).
-The FireFlash options, all off by default: ``partial_credit=1`` (score: the verifier's reward clamped to
-[0, 1], not binarised), ``redirect_outputs=1`` and ``background_long_commands=1`` (the tool's harness
-behaviours, :mod:`.command_tool`), ``compress_at=0.85[,context_window=N]`` (context compression in the
-agent loop, :mod:`infra.agents.compression`).
+Spec: ``harbor:tasks=/path/to/tasks_root[,runtime=local,e2b_prefix=rufus-05,spares=2,runtimes=8,
+command_timeout=30,verifier_timeout=120,output_tokens=512,workspace_mb=256,<EpisodeLimits fields>]``
+(``rl.environment: {name: agent, options: {env: "harbor:tasks=..."}}``; the production hook and the Ray
+environment actors load it by the same spec). ``runtime`` picks where each episode's sandbox comes from
+(:mod:`.backends`): ``local`` (default; the bubblewrap runtime, files-only tasks, offline), ``docker`` (a
+container of the task's image) or ``e2b`` (a sandbox of the task's template baked ahead of time, alias
+``<e2b_prefix>-<task>``: production). The FireFlash options, all off by default: ``partial_credit=1``
+(score: the verifier's reward clamped to [0, 1], not binarised), ``redirect_outputs=1`` and
+``background_long_commands=1`` (the tool's harness behaviours, :mod:`.command_tool`; local runtime only),
+``compress_at=0.85[,context_window=N]`` (context compression in the agent loop,
+:mod:`infra.agents.compression`).
 
-The task root is loaded once per process (:func:`catalog`): a task that does not load is dropped and
-named once in a log line, and so is one this runtime cannot run (:func:`local_problems`: Harbor's
-structural filter plus "files-only Dockerfile copying into ``/app``, scored by a reward file"). Per
-episode :meth:`HarborEnv.reset` takes a fresh sandbox holding the task's files from the task's
-:class:`~infra.agents.harbor.runtime.LocalRuntime` (cached per process, least recently used closed past
-``runtimes``), the one tool is ``execute_command`` and :meth:`HarborEnv.score` runs ``tests/test.sh``
-against the final ``/app``: 1.0 iff the tests pass (or the partial reward). A sandbox that does not boot
-raises ``EnvironmentFailure`` (the episode is aborted); a verifier that cannot finish is an ``aborted``
-result. Not carried over from the task: its image and ``[verifier]``/``[environment]`` env vars, its agent
-timeout (the episode limits bound the agent) and network access (the sandbox is always offline).
+The task root is loaded once per process and runtime (:func:`catalog`): a task that does not load is
+dropped and named once in a log line, and so is one the runtime cannot run (the backend's ``problems``;
+local: Harbor's structural filter plus "files-only Dockerfile copying into ``/app``, scored by a reward
+file"). Per episode :meth:`HarborEnv.reset` takes a fresh sandbox from the backend (local: from the task's
+:class:`~infra.agents.harbor.runtime.LocalRuntime`, cached per process, least recently used closed past
+``runtimes``), the one tool is ``execute_command`` and :meth:`HarborEnv.score` runs the task's tests
+against the final state: 1.0 iff they pass (or the partial reward). A sandbox that does not boot raises
+``EnvironmentFailure`` (the episode is aborted); a verifier that cannot finish is an ``aborted`` result.
+The local runtime does not carry over the task's image, ``[verifier]``/``[environment]`` env vars or
+network access (always offline); the Docker and E2B sessions do. The task's agent timeout is not used
+(the episode limits bound the agent).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import collections
 import functools
 import logging
-import shutil
-import tempfile
-import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,65 +39,33 @@ from strands.types.tools import AgentTool
 from infra.agents.compression import CompressionOptions
 from infra.agents.contract import AgentTask, EnvironmentFailure, EpisodeLimits
 from infra.agents.envs.base import AgentEnvironment, cycled_tasks
-from infra.agents.harbor.command_tool import OUTPUTS_MB, HarnessOptions, execute_command_tool, flag_option
-from infra.agents.harbor.runtime import LocalRuntime, Session
-from infra.agents.harbor.task import HarborTask, load_tasks, structural_problems
-from infra.sandbox import SandboxUnavailable
+from infra.agents.harbor.backends import TRAIN_E2B_PREFIX, Backend, LocalBackend, make_backend
+from infra.agents.harbor.command_tool import HarnessOptions, execute_command_tool, flag_option
+from infra.agents.harbor.local_runtime import APP, RuntimeOptions
+from infra.agents.harbor.task import HarborTask, load_tasks
 from rewards.contract import RewardRequest, RewardResult
 
 log = logging.getLogger(__name__)
 
-APP = "/app"  # the local runtime's working directory: the only place task files can go
 SYSTEM_PROMPT = (
     "You are in a Linux shell; the working directory is /app. Use the execute_command tool to run bash "
     "commands and complete the task. When it is done, give a short final answer."
 )
 
 
-def local_problems(task: HarborTask) -> list[str]:
-    """Return why the local runtime cannot run ``task`` ([] when it can): the structural filter, plus a
-    files-only Dockerfile whose copies land in ``/app``, ``/app`` as working directory, a reward file."""
-    env = task.environment
-    problems = structural_problems(task)
-    if task.reward_source != "reward_file":
-        problems.append("scored by the test script's exit code (Terminal-Bench layout), not a reward file")
-    if env.defined and not env.files_only:
-        problems.append("environment is not files-only (RUN steps, an image or several stages to build)")
-    if env.workdir != APP:
-        problems.append(f"working directory {env.workdir or '/'} is not {APP}")
-    for copy in env.copies:
-        if copy.dest.rstrip("/") != APP and not copy.dest.startswith(APP + "/"):
-            problems.append(f"Dockerfile line {copy.line} copies to {copy.dest}, outside {APP}")
-    return problems
-
-
-def build_workspace(task: HarborTask, dest: Path) -> None:
-    """Write the task's ``/app`` into ``dest``: its Dockerfile's COPY/ADD steps, with Docker's semantics."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for copy in task.environment.copies:
-        target = dest / copy.dest.rstrip("/")[len(APP) :].lstrip("/")
-        into_dir = copy.dest.endswith("/") or len(copy.sources) > 1 or target.is_dir()
-        for src in copy.sources:
-            if src.is_dir():  # a directory source copies its contents
-                shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
-            else:
-                out = target / src.name if into_dir else target
-                out.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, out)
-
-
 class TaskCatalog:
     """The runnable tasks of one task root, and what was dropped (each named once in a log line)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, backend: Backend | None = None) -> None:
         self.root = root
+        backend = backend or LocalBackend()
         loaded, self.malformed = load_tasks(root)
         self.unrunnable: dict[str, list[str]] = {}
         self.tasks: dict[str, HarborTask] = {}
         for line in self.malformed:
             log.warning("harbor tasks %s: dropped a malformed task: %s", root, line)
         for task in loaded:
-            problems = local_problems(task)
+            problems = backend.problems(task)
             if problems:
                 self.unrunnable[task.name] = problems
                 log.warning("harbor tasks %s: dropped %s: %s", root, task.task_dir, "; ".join(problems))
@@ -123,135 +91,9 @@ class TaskCatalog:
 
 
 @functools.lru_cache(maxsize=8)
-def catalog(root: str) -> TaskCatalog:
-    """Return the process-wide catalog of task root ``root`` (an absolute path)."""
-    return TaskCatalog(root)
-
-
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """How a task's runtime runs commands and its verifier (part of the runtime cache key)."""
-
-    spares: int = 2  # sandboxes kept booted ahead per task
-    command_timeout: float = 30.0  # seconds per execute_command
-    verifier_timeout: float = 120.0  # cap on the task's own [verifier].timeout_sec
-    output_tokens: int = 512  # each stream of a command's output, about 4 characters a token
-    workspace_mb: int = 256  # size of the /app tmpfs
-    harness: HarnessOptions = HarnessOptions()  # FireFlash tool behaviours (off: stage 05's tool)
-
-    def runtime(self, task: HarborTask) -> LocalRuntime:
-        """Return a new runtime of ``task`` (its ``/app`` built from the Dockerfile's copies)."""
-        if task.tests_dir is None:
-            raise FileNotFoundError(f"{task.task_dir}: no tests/ directory")
-        with tempfile.TemporaryDirectory(prefix="rufus-harbor-ws-") as tmp:
-            build_workspace(task, Path(tmp) / "app")
-            return LocalRuntime(
-                Path(tmp) / "app",
-                task.tests_dir,
-                workspace_mb=self.workspace_mb,
-                command_timeout_s=self.command_timeout,
-                verify_timeout_s=min(task.verifier_timeout_sec, self.verifier_timeout),
-                # the sandbox keeps head and tail within the budget, marker included
-                output_bytes=4 * self.output_tokens - 64,
-                spares=self.spares,
-                outputs_mb=OUTPUTS_MB if self.harness.enabled else 0,
-            )
-
-
-@dataclass
-class _Entry:
-    rt: LocalRuntime | None = None
-    users: int = 0
-    build: threading.Lock = field(default_factory=threading.Lock)
-
-
-class RuntimeCache:
-    """Per-process task runtimes, least recently used first; an idle one is closed past ``capacity``.
-
-    A runtime in use is never closed (its sessions read its snapshot), so at most ``capacity`` idle
-    runtimes, each with its spare sandboxes, stay open beside the ones episodes hold.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(1, capacity)
-        self._entries: collections.OrderedDict[tuple, _Entry] = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def acquire(self, task: HarborTask, opts: RuntimeOptions) -> tuple[tuple, LocalRuntime]:
-        """Return ``(key, runtime)`` of ``task``, built on first use; give it back with :meth:`release`."""
-        key = (str(task.task_dir), opts)
-        with self._lock:
-            entry = self._entries.setdefault(key, _Entry())
-            self._entries.move_to_end(key)
-            entry.users += 1
-        try:
-            with entry.build:
-                if entry.rt is None:
-                    entry.rt = opts.runtime(task)
-        except BaseException:
-            self.release(key)
-            raise
-        self._evict()
-        return key, entry.rt
-
-    def release(self, key: tuple) -> None:
-        """Say that one user of ``key``'s runtime is done with it."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                entry.users -= 1
-                if entry.rt is None and entry.users == 0:
-                    del self._entries[key]
-        self._evict()
-
-    def open_runtimes(self) -> int:
-        """Number of runtimes built and not closed."""
-        with self._lock:
-            return sum(e.rt is not None for e in self._entries.values())
-
-    def _evict(self) -> None:
-        with self._lock:
-            victims = []
-            while len(self._entries) > self.capacity:
-                idle = next((k for k, e in self._entries.items() if e.users == 0), None)
-                if idle is None:
-                    break
-                victims.append(self._entries.pop(idle))
-        for entry in victims:
-            if entry.rt is not None:
-                entry.rt.close()
-
-    def close(self) -> None:
-        """Close every runtime (at exit)."""
-        with self._lock:
-            entries, self._entries = list(self._entries.values()), collections.OrderedDict()
-        for entry in entries:
-            if entry.rt is not None:
-                entry.rt.close()
-
-
-@functools.lru_cache(maxsize=4)
-def runtime_cache(capacity: int = 8) -> RuntimeCache:
-    """Return the process-wide runtime cache of ``capacity`` (closed at exit)."""
-    cache = RuntimeCache(capacity)
-    atexit.register(cache.close)
-    return cache
-
-
-def open_session(task: HarborTask, opts: RuntimeOptions, cache: RuntimeCache) -> tuple[tuple, Session]:
-    """Return ``(cache key, session)``: a fresh sandbox of ``task``; raise ``EnvironmentFailure`` if none."""
-    try:
-        key, rt = cache.acquire(task, opts)
-    except (EnvironmentFailure, SandboxUnavailable, OSError) as exc:
-        raise EnvironmentFailure(f"harbor task {task.task_dir}: runtime did not start: {exc}") from None
-    try:
-        return key, rt.start()
-    except (EnvironmentFailure, SandboxUnavailable, OSError) as exc:
-        cache.release(key)
-        raise EnvironmentFailure(f"harbor task {task.task_dir}: sandbox did not boot: {exc}") from None
-    except BaseException:
-        cache.release(key)
-        raise
+def catalog(root: str, runtime: str = "local", e2b_prefix: str = TRAIN_E2B_PREFIX) -> TaskCatalog:
+    """Return the process-wide catalog of task root ``root`` (an absolute path) for backend ``runtime``."""
+    return TaskCatalog(root, make_backend(runtime, e2b_prefix))
 
 
 class HarborEnv(AgentEnvironment):
@@ -274,6 +116,8 @@ class HarborEnv(AgentEnvironment):
         background_long_commands: Any = False,
         compress_at: Any = None,
         context_window: Any = None,
+        runtime: str = "local",
+        e2b_prefix: str = TRAIN_E2B_PREFIX,
         **limits: Any,
     ) -> None:
         if output_tokens < 80:
@@ -283,6 +127,13 @@ class HarborEnv(AgentEnvironment):
             flag_option("harbor", "redirect_outputs", redirect_outputs),
             flag_option("harbor", "background_long_commands", background_long_commands),
         )
+        self.runtime, self.e2b_prefix = str(runtime), str(e2b_prefix)
+        self.backend: Backend = make_backend(self.runtime, self.e2b_prefix)
+        if harness.enabled and self.runtime != "local":
+            raise ValueError(
+                "harbor options redirect_outputs/background_long_commands need runtime=local, "
+                f"not {self.runtime}"
+            )
         self.options = RuntimeOptions(
             int(spares),
             float(command_timeout),
@@ -295,20 +146,21 @@ class HarborEnv(AgentEnvironment):
         self.compression = CompressionOptions.parse("harbor", compress_at, context_window)
         self.capacity = int(runtimes)
         self.limits = EpisodeLimits(**limits)
-        self.session: Session | None = None
-        self._key: tuple | None = None
+        self.session: Any = None  # a local Session, or a Docker/E2B one: execute, verify, close
+        self._release: Callable[[], None] | None = None
 
     @property
     def catalog(self) -> TaskCatalog:
         """The task root's process-wide catalog, loaded on first use (a config check needs no tasks)."""
-        return catalog(self.root)
+        return catalog(self.root, self.runtime, self.e2b_prefix)
 
     def task_of(self, task: HarborTask) -> AgentTask:
-        """Return the agent task of ``task``: the system prompt, then its instruction."""
+        """Return the agent task of ``task``: the system prompt (naming the backend's working directory
+        when it is not ``/app``, e.g. SWE-bench's ``/testbed``), then its instruction."""
         return AgentTask(
             id=f"harbor-{task.name}",
             messages=[
-                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "system", "content": SYSTEM_PROMPT.replace(APP, self.backend.workdir(task))},
                 {"role": "user", "content": task.instruction or ""},
             ],
             limits=self.limits,
@@ -328,11 +180,23 @@ class HarborEnv(AgentEnvironment):
         opts = self.options
         return [execute_command_tool(self.session, budget_tokens=opts.output_tokens, harness=opts.harness)]
 
+    def preflight(self) -> str | None:
+        """Why the runtime cannot run here (local: no isolation; docker: no daemon; e2b: no SDK or key)."""
+        return self.backend.preflight()
+
+    def harbor_task(self, task: AgentTask) -> HarborTask:
+        """The Harbor task an agent task was made from (from the catalog)."""
+        return self.catalog.task(str(task.metadata["task"]))
+
     async def reset(self, task: AgentTask) -> None:
-        """Take a fresh sandbox holding the task's files; ``EnvironmentFailure`` if it does not boot."""
-        harbor_task = self.catalog.task(str(task.metadata["task"]))
-        cache = runtime_cache(self.capacity)
-        self._key, self.session = await asyncio.to_thread(open_session, harbor_task, self.options, cache)
+        """Take a fresh sandbox of the task from the backend; ``EnvironmentFailure`` if none starts."""
+        harbor_task = self.harbor_task(task)
+        try:
+            self.session, self._release = await asyncio.to_thread(
+                self.backend.open, harbor_task, self.options, self.capacity
+            )
+        except (OSError, ValueError) as exc:
+            raise EnvironmentFailure(f"{self.runtime} runtime for {harbor_task.task_dir}: {exc}") from None
 
     def score(self, task: AgentTask, request: RewardRequest) -> RewardResult:
         """Run the task's tests on the final ``/app``: 1.0 iff they pass (``partial_credit``: the reward
@@ -343,9 +207,9 @@ class HarborEnv(AgentEnvironment):
         return result.model_copy(update={"details": {**result.details, "task": task.metadata.get("task")}})
 
     async def cleanup(self) -> None:
-        """Destroy the episode's sandbox and give its runtime back to the cache."""
-        session, key, self.session, self._key = self.session, self._key, None, None
+        """Destroy the episode's sandbox and give its runtime back."""
+        session, release, self.session, self._release = self.session, self._release, None, None
         if session is not None:
             await asyncio.to_thread(session.close)
-        if key is not None:
-            runtime_cache(self.capacity).release(key)
+        if release is not None:
+            release()

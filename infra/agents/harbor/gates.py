@@ -34,7 +34,6 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from infra.agents.contract import EnvironmentFailure
-from infra.agents.harbor.env import RuntimeOptions
 from infra.agents.harbor.gates_judge import requirements_stated
 from infra.agents.harbor.gates_mutations import alternatives, malformed, passes
 from infra.agents.harbor.gates_sandbox import (
@@ -47,6 +46,7 @@ from infra.agents.harbor.gates_sandbox import (
     rel_path,
     text_files,
 )
+from infra.agents.harbor.local_runtime import RuntimeOptions
 from infra.agents.harbor.task import HarborTask
 
 GATES: dict[int, tuple[str, str]] = {

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from infra.agents.harbor.env import build_workspace
 from infra.agents.harbor.gates_sandbox import Status, rel_path, text_files
+from infra.agents.harbor.local_runtime import build_workspace
 from infra.agents.harbor.task import HarborTask
 
 JUDGE_CHARS = 40_000  # tests text sent to the judge

@@ -1,11 +1,11 @@
 """One Harbor task in the training sandbox, for the validation gates (:mod:`infra.agents.harbor.gates`).
 
 :class:`TaskSandbox` holds the task's :class:`~infra.agents.harbor.runtime.LocalRuntime` (the runtime
-training uses, its ``/app`` built by :func:`~infra.agents.harbor.env.build_workspace`, no spare sandboxes
-so that every boot is counted, a larger output budget so that file manifests come back whole) and gives
-the gates what they need from one session: the reference solution run the way Harbor's oracle runs it
-(``solution/`` copied in, ``bash …/solve.sh`` from ``/app``), a hash manifest of ``/app``, file mutations
-and a scan of the filesystem as the agent sees it. The helper programs below run inside with the
+training uses, its ``/app`` built by :func:`~infra.agents.harbor.local_runtime.build_workspace`, no spare
+sandboxes so that every boot is counted, a larger output budget so that file manifests come back whole)
+and gives the gates what they need from one session: the reference solution run the way Harbor's oracle
+runs it (``solution/`` copied in, ``bash …/solve.sh`` from ``/app``), a hash manifest of ``/app``, file
+mutations and a scan of the filesystem as the agent sees it. The helper programs below run inside with the
 sandbox's ``python3``, as the agent's uid.
 
 Not as in Harbor: ``solution/`` lands in :data:`SOLUTION_DIR` (the agent's uid cannot create ``/solution``),
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from infra.agents.contract import EnvironmentFailure
-from infra.agents.harbor.env import build_workspace, local_problems
+from infra.agents.harbor.local_runtime import build_workspace, local_problems
 from infra.agents.harbor.runtime import CommandResult, LocalRuntime, Session
 from infra.agents.harbor.task import HarborTask
 from rewards.contract import RewardResult

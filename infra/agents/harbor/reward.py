@@ -59,7 +59,8 @@ def replay_settings(spec: str | None) -> tuple[Any, bool]:
     they always have; ValueError when the spec does not load.
     """
     from infra.agents.envs.base import load_environment
-    from infra.agents.harbor.env import HarborEnv, RuntimeOptions
+    from infra.agents.harbor.env import HarborEnv
+    from infra.agents.harbor.local_runtime import RuntimeOptions
 
     default = RuntimeOptions(spares=REPLAY_SPARES)
     if not spec:
@@ -79,7 +80,7 @@ def harbor_tests(request: RewardRequest) -> RewardResult:
     """Return 1.0 when the task's tests pass after replaying the transcript's commands, else 0.0 (or the
     partial reward in [0, 1] when partial credit is on)."""
     from infra.agents.harbor.command_tool import flag_option
-    from infra.agents.harbor.env import local_problems, open_session, runtime_cache
+    from infra.agents.harbor.local_runtime import local_problems, open_session, runtime_cache
     from infra.agents.harbor.task import TaskFormatError, load_task
 
     meta = request.metadata

@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from infra.agents.harbor.env import RuntimeOptions
 from infra.agents.harbor.gates import GATES, GateOptions, TaskReport, validate_task
+from infra.agents.harbor.local_runtime import RuntimeOptions
 from infra.agents.harbor.task import HarborTask, TaskFormatError, load_task, load_tasks
 
 REPORT_VERSION = 1

@@ -1,8 +1,10 @@
-"""Container sessions of Harbor tasks for evaluation: Docker (the ``docker`` CLI) and E2B (baked templates).
+"""Container sessions of Harbor tasks: Docker (the ``docker`` CLI) and E2B (templates baked ahead of time).
 
-The local runtime (:mod:`infra.agents.harbor.runtime`) reproduces only files-only tasks; Terminal-Bench 2.x
-and SWE-bench Verified tasks need their images (``RUN`` steps, ``FROM swebench/sweb.eval...``). These two
-sessions give :mod:`eval.harnesses.terminal_bench` the same interface on one container per attempt:
+The local runtime (:mod:`infra.agents.harbor.runtime`) reproduces only files-only tasks; SETA-Env and
+Scale-SWE training tasks, Terminal-Bench 2.x and SWE-bench Verified need their images (``RUN`` steps,
+``FROM swebench/sweb.eval...``). These two sessions give the ``harbor`` environment in training
+(``runtime=docker|e2b``, :mod:`.backends`) and :mod:`eval.harnesses.terminal_bench` the same interface as a
+local session, on one container per episode:
 ``execute(command, timeout_s)`` → :class:`~infra.agents.harbor.runtime.CommandResult` (what
 ``execute_command`` renders), ``verify()`` → :class:`~rewards.contract.RewardResult` and ``close()``.
 
