@@ -7,7 +7,8 @@ micro model's context) into ``$RUFUS_DATA_CACHE`` (default ``~/.cache/rufus/data
 
 * **held-out scenarios**: :data:`HELDOUT_SCENARIOS` of the 18 scenarios never appear in training;
 * **held-out tasks**: every fourth task of each other scenario (unseen tasks of seen scenarios);
-* **train**: the remaining tasks of the seen scenarios (SFT conversations and RL prompts).
+* **train**: the remaining tasks of the seen scenarios: index 2 mod 4 is RL-only (:func:`rl_only`), the
+  rest are SFT demonstrations (:func:`sft_demo`).
 
 Each task is a row of the ``agent`` environment running ``awm_tiny`` (:mod:`.awm_env`: the built-in
 ``awm`` environment over this release with the tiny episode budgets), scored by the task's code verifier
@@ -66,6 +67,26 @@ def tiny_release() -> Path:
         lambda tmp: generate(tmp, seed=seed, tasks=TASKS_PER_SCENARIO, split_tables=True, lean=True),
         lambda p: (p / "gold_actions.jsonl").is_file(),
     )
+
+
+def task_index(task_id: str) -> int:
+    """Return the task index of an ``awm-<scenario>-<index>`` id (``-rK`` repeats are not task ids)."""
+    return int(task_id.rsplit("-", 1)[1])
+
+
+def rl_only(task_id: str) -> bool:
+    """True for a train task SFT never demonstrates, kept for RL (a third of each seen scenario's).
+
+    Stage 04 trains on these, as stage 05 trains on :func:`data_prep.tiny_tasks.harbor.rl_only`: requests
+    whose records the policy never saw handled, like the held-out ones, so RL rewards reading the request
+    and the tool results rather than replaying a memorized call. (Held-out tasks are index 3 mod 4.)
+    """
+    return not is_repeat(task_id) and task_index(task_id) % 4 == 2
+
+
+def sft_demo(task: TinyTask) -> bool:
+    """True for a train task whose gold trajectory SFT may show: not a cycled repeat, not in the RL third."""
+    return not is_repeat(task.id) and not rl_only(task.id)
 
 
 def split_of(scenarios: list[str]) -> set[str]:

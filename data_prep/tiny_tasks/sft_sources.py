@@ -251,7 +251,7 @@ def write_embedded_sources(
     code_fn = pick("test_runner", "code", params.test_runner_conversations, alt, lambda t: "tests" in t.label)
     n_awm = getattr(params, "awm_conversations", 0)
     unique = lambda t: not awm.is_repeat(t.id)  # noqa: E731 - the families cycle their pools past the end
-    agent = pick("awm_agent", awm.FAMILY, n_awm, seed, unique) if n_awm else []
+    agent = pick("awm_agent", awm.FAMILY, n_awm, seed, awm.sft_demo) if n_awm else []
     n_term = getattr(params, "terminal_conversations", 0)
     term = pick("terminal_agent", harbor.FAMILY, n_term, seed, harbor.sft_demo) if n_term else []
     n_search = getattr(params, "search_conversations", 0)

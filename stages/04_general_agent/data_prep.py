@@ -4,13 +4,15 @@ Steps, each counted in ``manifest.json``: held-out sets → the release (product
 a pinned commit, ``data_prep.awm_source``; embedded: the generated tiny release of
 ``data_prep.tiny_tasks.awm``) → every task with a code verifier → exact overlap with the held-out
 prompts and the 8-gram screen against them and the stage's benchmark files (the request is screened, not
-the scenario's system turn) → the teacher check (``correctness_teacher``: embedded, the generator's gold
-actions replayed through the sandboxed server must pass the verifier) → the policy filters
-(``correctness_difficulty``, ``data_prep.agent_filters``): drop a task neither the teacher nor the
-initial policy ever passes in ``teacher_samples``/``filter_samples`` episodes, and one the initial policy
-always passes. Production samples both from SGLang ``/generate`` servers (``policy``, ``teacher``);
-without them the step is recorded as skipped. Each row carries its episode in ``metadata`` (scenario,
-task index, limits, environment), which the embedded agent loop and slime's generate hook read.
+the scenario's system turn) → embedded: the RL third of the train tasks, which SFT never demonstrates
+(``rl_split``, ``data_prep.tiny_tasks.awm.rl_only``) → the teacher check (``correctness_teacher``:
+embedded, the generator's gold actions replayed through the sandboxed server must pass the verifier) →
+the policy filters (``correctness_difficulty``, ``data_prep.agent_filters``): drop a task neither the
+teacher nor the initial policy ever passes in ``teacher_samples``/``filter_samples`` episodes, and one
+the initial policy always passes. Production samples both from SGLang ``/generate`` servers
+(``policy``, ``teacher``); without them the step is recorded as skipped. Each row carries its episode in
+``metadata`` (scenario, task index, limits, environment), which the embedded agent loop and slime's
+generate hook read.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from data_prep.rl_stage import (
 )
 from data_prep.schema import PromptRow
 from data_prep.tiny_tasks import generate
-from data_prep.tiny_tasks.awm import FAMILY, is_repeat, tiny_release
+from data_prep.tiny_tasks.awm import FAMILY, is_repeat, rl_only, tiny_release
 from infra.environments.agent import AgentOptions, task_row
 from infra.layering import ConfigError
 
@@ -80,6 +82,8 @@ def _embedded_rows(
     tasks = [t for t in drawn if not is_repeat(t.id)]
     manifest.step("generated", len(tasks))
     rows = screen_against_heldout([t.prompt_row() for t in tasks], heldout, manifest)
+    rows = [r for r in rows if rl_only(r.id)]
+    manifest.step("rl_split", len(rows), rule="train tasks SFT never demonstrates (awm.rl_only)")
     rows = _teacher_check(rows, release, manifest)
     if params.filter_samples:
         runner = agent_filters.CheckpointRunner(
