@@ -25,13 +25,15 @@ wall MB/s past the fixed cost with W workers >= 90% of W x the 1-worker figure).
 cores: on a busy machine the wall-clock figures say little; the per-CPU-second figures hold up better.
 With ``--quick`` the fixed cost dominates and the "past the fixed cost" figures are noise.
 
-Last measured (2026-12-02, `--mb 144 --workers 1`, the other core running a training job; the previous
-commit in the same minutes, through ``python -m infra.cli``): end to end 37.4 MB/CPU-s (3.86 CPU-s) against
-22.4 (6.42) before, 1.7x; fixed cost 1.25 CPU-s against 3.62 (the CLI no longer imports the agent stack for
-``decontam``: ``infra.cli`` loads package-side commands only when invoked), of which the index build is
-~0.6; past it 55 MB/CPU-s against 51 (kept rows are written as read instead of re-serialised). The goal's
-50 MB/CPU-s end to end is reached from ~660 MB of corpus on, not at 144 MB. Per MB, the hash engine is
-~55% of the CPU, ``json.loads`` ~20% (308 MB/s here), row text, output hashing and writing the rest.
+Last measured (2026-12-02 at 16:20 UTC, `--mb 144 --workers 1,2`, nothing else running, AVX-512 machine):
+with the scan hashing per-word fingerprints (length and five bytes) instead of every byte, the engine
+alone 165-169 MB/CPU-s against 98 for the byte hash in the same hour; the CLI with one worker 53.9 and
+58.8 MB/CPU-s end to end in two runs (2.67 and 2.45 CPU-s) against 46.2 (3.11) before: the goal is met at
+144 MB. Fixed cost 0.79 CPU-s, of which the index build ~0.4; past it 78-87 MB/CPU-s. The engine is now
+about a third of the CPU; ``json.loads`` (~0.4 CPU-s at 144 MB), row text, hashing and writing the outputs,
+and start-up the rest. Two workers on this 2-core machine: 1.26x the wall rate past the fixed cost (63%
+of linear, NOT met): the reading process (cutting chunks, receiving each chunk's kept bytes, hashing and
+writing them) shares the two cores with the two workers.
 """
 
 from __future__ import annotations

@@ -14,14 +14,18 @@ Short items (fewer than 8 words): the whole normalised item is one phrase if it 
 ``short_min_words`` (5) words; shorter items are skipped and counted, because a 1–4 word string
 (``"what is 2+2"``) matches unrelated text and would remove clean samples.
 
-Matching engine. ``hash`` (default) hashes every k-word window of a batch of normalised text with a
-polynomial rolling hash in numpy and looks windows up in a sorted array of phrase hashes (behind a
-bitmap prefilter), then confirms each hit byte for byte. It is hand-written because pyahocorasick, the
-library choice, drops to a few MB/s per core with the ~165K phrases of the full benchmark list (its
-trie no longer fits in cache; see ``benchmarks/bench_decontam.py``) while the hash scan keeps
-~80-100 MB per CPU-second. ``aho`` (pyahocorasick over the same normalised text) and ``naive`` (a
-per-phrase substring loop) give identical results and serve as the benchmark's baselines. The index's
-phrase hashes are computed in numpy too (a per-phrase Python loop cost ~3 s for the full list).
+Matching engine. ``hash`` (default) fingerprints every word of a batch of normalised text (its length
+and five of its bytes: first, second, middle, second-to-last, last), hashes every k-word window as a
+polynomial over those fingerprints in numpy, looks windows up in a sorted array of phrase hashes (behind
+a bitmap prefilter), then confirms each hit byte for byte. The hash is only a prefilter, so it need not
+read every byte: per-word fingerprints cost a few passes over the bytes and the rest is per word, about
+twice the rate of the earlier hash over every byte (an int64 multiply and cumulative sum per byte).
+It is hand-written because pyahocorasick, the library choice, drops to a few MB/s per core with the
+~165K phrases of the full benchmark list (its trie no longer fits in cache; see
+``benchmarks/bench_decontam.py``) while the hash scan keeps ~200 MB per CPU-second. ``aho``
+(pyahocorasick over the same normalised text) and ``naive`` (a per-phrase substring loop) give identical
+results and serve as the benchmark's baselines. The index's phrase hashes are computed in numpy too, by
+the same fingerprint code (a per-phrase Python loop cost ~3 s for the full list).
 
 :func:`map_ordered` runs any per-chunk function over a process pool that inherits the index;
 :func:`iter_scan` and the file pipeline (``data_prep.decontam_pipeline``) both use it.
@@ -78,12 +82,23 @@ def _to_int64(h: int) -> int:
 _INV_BASE = _to_int64(pow(_BASE, -1, 1 << 64))
 
 
+def _fingerprint(word: bytes) -> int:
+    """A word's fingerprint: its length and its first, second, middle, second-to-last and last bytes.
+
+    A one-byte word's second and second-to-last bytes are the spaces around it (as the scan reads them).
+    """
+    n = len(word)
+    second, second_last = (word[1], word[-2]) if n > 1 else (32, 32)
+    return n << 40 | word[0] << 32 | second << 24 | word[n >> 1] << 16 | second_last << 8 | word[-1]
+
+
 def phrase_hash(phrase: bytes) -> int:
-    """The int64 polynomial hash of ``phrase`` (sum of byte * BASE**position mod 2**64)."""
+    """The int64 hash of ``phrase``'s words: sum of fingerprint(word i) * BASE**i mod 2**64."""
     h, p = 0, 1
-    for c in phrase:
-        h = (h + c * p) & _MASK64
-        p = (p * _BASE) & _MASK64
+    for word in phrase.split(b" "):
+        if word:
+            h = (h + _fingerprint(word) * p) & _MASK64
+            p = (p * _BASE) & _MASK64
     return _to_int64(h)
 
 
@@ -138,33 +153,55 @@ class PhraseIndex:
 
     def finalize(self) -> PhraseIndex:
         """Build the hash arrays after all phrases are added."""
-        hashes, spaces = _phrase_hashes(self.phrases)
+        hashes, words = _phrase_hashes(self.phrases)
         self.hash_pids = np.argsort(hashes, kind="stable")
         self.hashes = hashes[self.hash_pids]
         self.bitmap = np.zeros(1 << _BITMAP_BITS, bool)
         self.bitmap[self.hashes & ((1 << _BITMAP_BITS) - 1)] = True
-        self.window_words = tuple(int(k) for k in np.unique(spaces - 1))
+        self.window_words = tuple(int(k) for k in np.unique(words))
         return self
 
 
+def _word_fingerprints(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start, end and fingerprint (see :func:`_fingerprint`) of every space-separated word of ``raw``.
+
+    ``raw`` (uint8) must begin and end with a space, so word starts and ends alternate.
+    """
+    space = raw == 32
+    edges = np.flatnonzero(space[1:] != space[:-1]) + 1  # a word starts, ends, starts, ...
+    starts, ends = edges[0::2], edges[1::2]
+    lengths = ends - starts
+    fp = lengths << 40
+    sampled = (starts, starts + 1, starts + (lengths >> 1), ends - 2, ends - 1)
+    for shift, at in zip((32, 24, 16, 8, 0), sampled, strict=True):
+        fp |= raw[at].astype(np.int64) << shift
+    return starts, ends, fp
+
+
+def _prefix_hashes(fp: np.ndarray) -> np.ndarray:
+    """``P`` with ``P[j]`` = sum of fp[i] * BASE**i for i < j (wrapping int64); length ``len(fp) + 1``."""
+    pw, _ = _powers(len(fp) + 1)
+    prefix = np.zeros(len(fp) + 1, dtype=np.int64)
+    np.multiply(fp, pw[: len(fp)], out=prefix[1:])
+    np.cumsum(prefix[1:], out=prefix[1:])
+    return prefix
+
+
 def _phrase_hashes(phrases: Sequence[bytes], chunk: int = 1 << 14) -> tuple[np.ndarray, np.ndarray]:
-    """``phrase_hash(phrase[1:])`` of every (non-empty) phrase and its count of spaces, in numpy chunks."""
-    hashes, spaces = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    """``phrase_hash`` of every phrase and its number of words, in numpy chunks."""
+    hashes, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for first in range(0, len(phrases), chunk):
         part = phrases[first : first + chunk]
-        buf = np.frombuffer(b"".join(part), dtype=np.uint8)
         lengths = np.fromiter(map(len, part), dtype=np.int64, count=len(part))
-        starts = np.cumsum(lengths) - lengths
-        pw, _ = _powers(int(lengths.max()))
-        at = np.ones(len(buf), dtype=np.int64)  # position in its phrase: +1 a byte, back to 0 at a start
-        at[starts[1:]] = 1 - lengths[:-1]
-        at[0] = 0
-        np.cumsum(at, out=at)
-        full = np.add.reduceat(buf * pw[at], starts)  # int64 arithmetic wraps: mod 2**64
-        # Without the leading byte: (hash - byte 0) / BASE, the form the scan computes.
-        hashes.append((full - buf[starts]) * np.int64(_INV_BASE))
-        spaces.append(np.add.reduceat((buf == 32).astype(np.int64), starts))
-    return np.concatenate(hashes), np.concatenate(spaces)
+        offsets = np.cumsum(lengths + 1) - lengths  # where each phrase begins in " p0 p1 ... "
+        starts, _, fp = _word_fingerprints(np.frombuffer(b" " + b" ".join(part) + b" ", dtype=np.uint8))
+        first_word = np.searchsorted(starts, offsets)
+        words = np.diff(first_word, append=len(starts))
+        _, inv = _powers(len(fp) + 1)
+        prefix = _prefix_hashes(fp)
+        hashes.append((prefix[first_word + words] - prefix[first_word]) * inv[first_word])
+        counts.append(words)
+    return np.concatenate(hashes), np.concatenate(counts)
 
 
 def screen_rule(drop_shared: bool = False) -> str:
@@ -259,40 +296,19 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _POWERS["pw"], _POWERS["inv"]
 
 
-_SCRATCH: dict[str, np.ndarray] = {}
-
-
-def _scratch(name: str, n: int) -> np.ndarray:
-    """A reused int64 work buffer of length ``n`` (fresh large arrays cost page faults on every batch)."""
-    if name not in _SCRATCH or len(_SCRATCH[name]) < n:
-        _SCRATCH[name] = np.empty(max(n, 2 * len(_SCRATCH.get(name, ()))), dtype=np.int64)
-    return _SCRATCH[name][:n]
-
-
 def _scan_hash(index: PhraseIndex, texts: Sequence[bytes]) -> list[set[int]]:
     joined = b" " + _SEP.join(texts) + b" "
     raw = np.frombuffer(joined, dtype=np.uint8)
-    space = raw == 32
-    keep = np.empty(len(raw), dtype=bool)
-    keep[0] = True
-    np.logical_not(space[1:] & space[:-1], out=keep[1:])
-    b = raw[keep]
-    n = len(b)
-    pw, inv = _powers(n + 1)
-    prefix = _scratch("prefix", n)  # prefix[j]: hash sum of b[: j + 1]
-    np.multiply(b, pw[:n], out=prefix, dtype=np.int64)
-    np.cumsum(prefix, out=prefix)
-    spaces = np.flatnonzero(b == 32)
-    # The window from the space at L to the space at R is b[L + 1 : R + 1] ("w1 ... wk "), whose hash
-    # is (prefix[R] - prefix[L]) * BASE**-(L + 1): one gather of each array per space, not per window.
-    at_space = prefix[spaces]
-    scale = inv[1:][spaces]
+    starts, ends, fp = _word_fingerprints(raw)
+    _, inv = _powers(len(fp) + 1)
+    prefix = _prefix_hashes(fp)
     found: list[set[int]] = [set() for _ in texts]
     seps: np.ndarray | None = None
     for k in index.window_words:
-        if len(spaces) <= k:
+        windows = len(fp) - k + 1
+        if windows <= 0:
             continue
-        h = (at_space[k:] - at_space[:-k]) * scale[:-k]
+        h = (prefix[k:] - prefix[:windows]) * inv[:windows]  # the window of words c .. c + k - 1
         cand = np.flatnonzero(index.bitmap[h & ((1 << _BITMAP_BITS) - 1)])
         if not len(cand):
             continue
@@ -300,9 +316,9 @@ def _scan_hash(index: PhraseIndex, texts: Sequence[bytes]) -> list[set[int]]:
         pos = np.searchsorted(index.hashes, hc)
         hit = index.hashes[np.minimum(pos, len(index.hashes) - 1)] == hc
         for c, p in zip(cand[hit].tolist(), pos[hit].tolist(), strict=True):
-            left, right = int(spaces[c]), int(spaces[c + k])
-            window = b[left : right + 1].tobytes()
-            seps = np.flatnonzero(b == 1) if seps is None else seps
+            left = int(starts[c])
+            window = b" " + b" ".join(joined[left : int(ends[c + k - 1])].split()) + b" "
+            seps = np.flatnonzero(raw == 1) if seps is None else seps
             row = int(np.searchsorted(seps, left))
             while p < len(index.hashes) and index.hashes[p] == h[c]:  # every phrase with this hash
                 pid = int(index.hash_pids[p])

@@ -89,6 +89,29 @@ def test_chain_order_charges_first_benchmark_and_engines_agree():
     assert by_engine["hash"] == by_engine["aho"] == by_engine["naive"]
 
 
+def test_near_copies_that_share_every_fingerprint_are_confirmed_byte_for_byte():
+    """The hash reads five bytes and the length of each word: a copy with other inner letters hashes alike.
+
+    Such a window is a candidate and must be rejected by the byte comparison, not removed.
+    """
+    long_words = [
+        BenchmarkItem(f"L{i}", " ".join(w * 3 for w in _text(40, 700 + i).split())) for i in range(4)
+    ]
+    index = build_index([("ifeval", long_words, True)])
+
+    def swap_inner(word: str) -> str:  # keep the sampled bytes (0, 1, middle, -2, -1), change the rest
+        keep = {0, 1, len(word) // 2, len(word) - 2, len(word) - 1}
+        return "".join(c if i in keep else ("q" if c != "q" else "z") for i, c in enumerate(word))
+
+    near = " ".join(swap_inner(w) for w in long_words[2].text.split())
+    assert near != long_words[2].text and normalize(near) != normalize(long_words[2].text)
+    texts = [near, long_words[1].text, "  ".join(long_words[3].text.split())]
+    by_engine = {e: scan_texts(index, texts, e) for e in ("hash", "aho", "naive")}
+    assert by_engine["hash"][0] is None and by_engine["hash"][1].item_id == "L1"
+    assert by_engine["hash"][2].item_id == "L3"
+    assert by_engine["hash"] == by_engine["aho"] == by_engine["naive"]
+
+
 def test_parallel_streaming_keeps_order_and_results():
     index = build_index([("ifeval", ITEMS, False)])
     texts = [ITEMS[i % 30].text if i % 7 == 0 else _text(200, 1000 + i) for i in range(60)]
@@ -203,10 +226,13 @@ def test_vectorised_phrase_hashes_and_slicing_match_the_plain_definitions():
     from data_prep.decontaminate import _phrase_hashes, phrase_hash, prepare
 
     r = random.Random(3)
-    phrases = [b" " + bytes(r.randrange(256) for _ in range(r.randint(0, 200))) for _ in range(3000)]
-    hashes, spaces = _phrase_hashes(phrases, chunk=700)
-    assert hashes.tolist() == [phrase_hash(p[1:]) for p in phrases]
-    assert spaces.tolist() == [p.count(b" ") for p in phrases]
+    alphabet = b"ab  \x01\t\xc3\x84xyz"  # runs of spaces, one-byte words, non-ASCII bytes, other controls
+    phrases = [bytes(r.choice(alphabet) for _ in range(r.randint(0, 60))) for _ in range(3000)]
+    hashes, words = _phrase_hashes(phrases, chunk=700)
+    assert hashes.tolist() == [phrase_hash(p) for p in phrases]
+    assert words.tolist() == [len(p.split(b" ")) - p.split(b" ").count(b"") for p in phrases]
+    # The hash reads words, not their spacing: the scan hashes windows of uncollapsed text.
+    assert phrase_hash(b"  ab   c x ") == phrase_hash(b" ab c x ") != phrase_hash(b" ab c y ")
     for seed in range(40):  # item_phrases slices the joined text; the definition joins word lists
         text = _text(r.randint(1, 90), seed).replace("a", "Ä, ").replace("e", "\n\t")
         words = prepare(text).split()
