@@ -25,15 +25,18 @@ wall MB/s past the fixed cost with W workers >= 90% of W x the 1-worker figure).
 cores: on a busy machine the wall-clock figures say little; the per-CPU-second figures hold up better.
 With ``--quick`` the fixed cost dominates and the "past the fixed cost" figures are noise.
 
-Last measured (2026-12-02 at 16:20 UTC, `--mb 144 --workers 1,2`, nothing else running, AVX-512 machine):
+Last measured (2026-12-02 at ~16:15 UTC, `--mb 144 --workers 1,2`, nothing else running, AVX-512 machine):
 with the scan hashing per-word fingerprints (length and five bytes) instead of every byte, the engine
-alone 165-169 MB/CPU-s against 98 for the byte hash in the same hour; the CLI with one worker 53.9 and
-58.8 MB/CPU-s end to end in two runs (2.67 and 2.45 CPU-s) against 46.2 (3.11) before: the goal is met at
-144 MB. Fixed cost 0.79 CPU-s, of which the index build ~0.4; past it 78-87 MB/CPU-s. The engine is now
-about a third of the CPU; ``json.loads`` (~0.4 CPU-s at 144 MB), row text, hashing and writing the outputs,
-and start-up the rest. Two workers on this 2-core machine: 1.26x the wall rate past the fixed cost (63%
-of linear, NOT met): the reading process (cutting chunks, receiving each chunk's kept bytes, hashing and
-writing them) shares the two cores with the two workers.
+alone 165-173 MB/CPU-s against 98 for the byte hash in the same hour; the CLI with one worker 54-61 MB/CPU-s
+end to end (2.36-2.67 CPU-s) against 46.2 (3.11) before: the goal is met at 144 MB. Fixed cost ~0.8
+CPU-s, of which the index build ~0.4; past it 78-92 MB/CPU-s. The engine is now about a third of the
+CPU; ``json.loads`` (~0.4 CPU-s at 144 MB), row text, hashing and writing the outputs, and start-up the
+rest. Two workers on this 2-core machine: 78-84% of linear past the fixed cost (63% before the workers
+read their own byte ranges and spill their kept lines to files instead of passing both through the
+pool's pipes: the main process's CPU past the fixed cost fell 0.72 -> 0.27 s at 144 MB). NOT met here:
+the main process (hashing and writing ``kept.jsonl``, ~1.9 ms per MB) shares the two cores with the
+workers; with a core of its own it keeps up with ~6 workers at this rate, and one sha256 stream
+(~1.3 GB/s) bounds a single output file at ~16.
 """
 
 from __future__ import annotations

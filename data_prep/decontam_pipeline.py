@@ -11,15 +11,18 @@ counter (``DecontamReport.benchmark_malformed``), the corpus's to the counter re
 benchmark that yields no item, or no item long enough to screen, is a :class:`BenchmarkError`: a screen
 that checks nothing must not report "removed 0".
 
-:func:`decontaminate_file` streams the corpus in ~1 MB chunks of whole lines: each chunk is parsed,
-screened and serialised in one call (in a worker with ``workers > 1``), and the reading process only
-cuts blocks, writes the returned bytes and hashes them, so the work spreads over the workers. Output is
-byte-for-byte what reading with ``read_jsonl``, :func:`screen_rows` and ``JsonlWriter`` gives.
+:func:`decontaminate_file` streams the corpus in ~1 MB byte ranges of whole lines: each range is read,
+parsed, screened and serialised in one call (in a worker with ``workers > 1``), and the main process
+only finds the cuts, writes the returned bytes and hashes them, so the work spreads over the workers.
+Output is byte-for-byte what reading with ``read_jsonl``, :func:`screen_rows` and ``JsonlWriter``
+gives, ``file:line`` of dropped rows included.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -266,26 +269,30 @@ _BOM = b"\xef\xbb\xbf"
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
-def _line_chunks(path: Path, chunk_bytes: int | None = None) -> Iterator[tuple[str, int, bytes]]:
-    """Yield ``(path, number of the first line, whole lines)``, about ``chunk_bytes`` at a time.
+def _line_ranges(path: Path, chunk_bytes: int | None = None) -> Iterator[tuple[str, int, int]]:
+    """Yield ``(path, start, end)``: byte ranges of whole lines, each ``chunk_bytes`` or a little more.
 
-    The reading process only cuts blocks at a newline; splitting and parsing happen where the chunk
-    is screened, so they spread over the workers.
+    The reading process only finds the cuts (the first newline at or past each ``chunk_bytes`` mark, a
+    few bytes read per cut); the chunk's screener reads its own bytes, so neither the corpus nor line
+    counting passes through this process (sending every chunk through a pipe to a worker capped the
+    pool at the rate one process can pickle, and counting lines here cost a pass over the corpus).
     """
     chunk_bytes = chunk_bytes or CHUNK_BYTES
+    size = path.stat().st_size
     with path.open("rb") as fh:
-        lineno, parts = 1, []
-        while block := fh.read(chunk_bytes):
-            cut = block.rfind(b"\n") + 1
-            if not cut:  # a line longer than the chunk: keep reading
-                parts.append(block)
-                continue
-            lines = b"".join([*parts, block[:cut]]) if parts else block[:cut]
-            parts = [block[cut:]] if cut < len(block) else []
-            yield str(path), lineno, lines
-            lineno += lines.count(b"\n")
-        if parts:  # the last line, without a newline
-            yield str(path), lineno, b"".join(parts)
+        start = 0
+        while start < size:
+            cut = min(start + chunk_bytes, size)
+            fh.seek(cut - 1)
+            while cut < size:  # past the newline that ends the line holding byte cut - 1
+                block = fh.read(1 << 16)
+                newline = block.find(b"\n")
+                if newline >= 0:
+                    cut = fh.tell() - len(block) + newline + 1
+                    break
+                cut = size if not block else fh.tell()
+            yield str(path), start, cut
+            start = cut
 
 
 @dataclass
@@ -293,28 +300,37 @@ class _Screened:
     """One chunk's outcome: its kept lines, its removed rows serialised, and what the report needs."""
 
     scanned: int
-    kept: bytes
+    kept: bytes | str  # the kept lines, or the file a worker wrote them to
     kept_rows: int
     removed: bytes
     removed_ids: list[tuple[str, str]]  # (row id, benchmark), in order
-    malformed: MalformedCounter
+    malformed: MalformedCounter  # line numbers counted from 1 at the chunk's first line
+    lines: int
 
 
-def _screen_chunk(index: PhraseIndex, task: tuple[str, int, bytes], id_key: str = "id") -> _Screened:
-    """Parse, screen and serialise one chunk of corpus lines (in a worker when there are several).
+def _screen_chunk(
+    index: PhraseIndex, task: tuple[str, int, int, str | None], id_key: str = "id"
+) -> _Screened:
+    """Read, parse, screen and serialise one range of corpus lines (in a worker when there are several).
 
     Lines are split as iterating the file does, and rows dropped and counted as :func:`read_jsonl` and
-    :func:`screen_rows` do. A kept row is its corpus line as read, less the line ending (and a leading
+    :func:`screen_rows` do, with line numbers counted from the range's first line (the reading process
+    adds the lines before it). A kept row is its corpus line as read, less the line ending (and a leading
     byte-order mark): nothing in it is re-encoded, and re-serialising was a quarter of the per-MB cost.
-    A removed row is re-serialised with its ``decontam`` match added.
+    A removed row is re-serialised with its ``decontam`` match added. With a spill folder (a worker's
+    task), the kept lines go to a file there, named in the result, rather than back through the pool's
+    pipe, where receiving them cost the main process more than screening saved it.
     """
-    path, first, data = task
+    path, start, end, spill = task
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        data = fh.read(end - start)
     lines = BytesIO(data).readlines()
-    if first == 1 and lines and lines[0].startswith(_BOM):
+    if start == 0 and lines and lines[0].startswith(_BOM):
         lines[0] = lines[0][len(_BOM) :]
     malformed = MalformedCounter()
     rows, raws, texts = [], [], []
-    for lineno, raw in enumerate(lines, start=first):
+    for lineno, raw in enumerate(lines, start=1):
         row = parse_jsonl_line(raw, path, lineno, malformed)
         if row is None:
             continue
@@ -343,14 +359,66 @@ def _screen_chunk(index: PhraseIndex, task: tuple[str, int, bytes], id_key: str 
         }
         removed.append(_ENCODER.encode({**row, "decontam": decontam}))
         removed_ids.append((str(row[id_key]), match.benchmark))
+    kept_bytes = b"\n".join(kept) + b"\n" if kept else b""
     return _Screened(
         scanned=len(rows),
-        kept=b"\n".join(kept) + b"\n" if kept else b"",
+        kept=_spill(kept_bytes, spill, start) if spill else kept_bytes,
         kept_rows=len(kept),
         removed=("\n".join(removed) + "\n").encode("utf-8") if removed else b"",
         removed_ids=removed_ids,
         malformed=malformed,
+        lines=len(lines),
     )
+
+
+def _spill(data: bytes, folder: str, start: int) -> str:
+    path = Path(folder) / f"{start}.kept"
+    path.write_bytes(data)
+    return str(path)
+
+
+def _tasks(
+    ranges: Iterable[tuple[str, int, int]], spill: str | None
+) -> Iterator[tuple[str, int, int, str | None]]:
+    for path, start, end in ranges:
+        yield path, start, end, spill
+
+
+def _screen_file(
+    corpus: Path,
+    index: PhraseIndex,
+    report: DecontamReport,
+    malformed: MalformedCounter,
+    out_dir: Path,
+    workers: int,
+) -> tuple[str, str]:
+    """Screen ``corpus`` into ``kept.jsonl`` and ``removed.jsonl`` of ``out_dir``; return their sha256."""
+    if not corpus.is_file():  # ranges are read by offset: a pipe would screen as empty
+        raise ValueError(f"{corpus}: not a regular file (write the corpus to a file first)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spill = tempfile.mkdtemp(prefix=".kept-parts-", dir=out_dir) if workers > 1 else None
+    try:
+        with JsonlWriter(out_dir / "kept.jsonl") as kept, JsonlWriter(out_dir / "removed.jsonl") as removed:
+            lines_before = 0
+            for part in map_ordered(index, _screen_chunk, _tasks(_line_ranges(corpus), spill), workers):
+                malformed.merge_shifted(part.malformed, str(corpus), lines_before)
+                lines_before += part.lines
+                report.scanned += part.scanned
+                report.kept += part.kept_rows
+                for row_id, benchmark in part.removed_ids:
+                    report.removed_ids.append(row_id)
+                    report.removed_per_benchmark[benchmark] += 1
+                if isinstance(part.kept, str):
+                    part_file = Path(part.kept)
+                    kept.write_serialized(part_file.read_bytes(), part.kept_rows)
+                    part_file.unlink()
+                else:
+                    kept.write_serialized(part.kept, part.kept_rows)
+                removed.write_serialized(part.removed, len(part.removed_ids))
+        return kept.close(), removed.close()
+    finally:
+        if spill:
+            shutil.rmtree(spill, ignore_errors=True)
 
 
 def decontaminate_file(
@@ -387,17 +455,9 @@ def decontaminate_file(
     report.benchmark_malformed = per_benchmark
     malformed = MalformedCounter()
     hashes: dict[str, str] = {}
-    with JsonlWriter(out_dir / "kept.jsonl") as kept, JsonlWriter(out_dir / "removed.jsonl") as removed:
-        for part in map_ordered(index, _screen_chunk, _line_chunks(Path(corpus)), workers):
-            malformed.merge(part.malformed)
-            report.scanned += part.scanned
-            report.kept += part.kept_rows
-            for row_id, benchmark in part.removed_ids:
-                report.removed_ids.append(row_id)
-                report.removed_per_benchmark[benchmark] += 1
-            kept.write_serialized(part.kept, part.kept_rows)
-            removed.write_serialized(part.removed, len(part.removed_ids))
-    hashes["kept.jsonl"], hashes["removed.jsonl"] = kept.close(), removed.close()
+    hashes["kept.jsonl"], hashes["removed.jsonl"] = _screen_file(
+        Path(corpus), index, report, malformed, out_dir, workers
+    )
     dense_benchmarks = [(n, items) for n, items, exhaustive in loaded if exhaustive]
     if dense and dense_benchmarks:
         from data_prep.dense import dense_screen, load_encoder

@@ -37,6 +37,21 @@ class MalformedCounter:
         room = self.max_examples - len(self.examples)
         self.examples.extend(other.examples[: max(room, 0)])
 
+    def merge_shifted(self, other: MalformedCounter, path: str, lines: int) -> None:
+        """Merge ``other``, whose examples name lines of ``path`` counted ``lines`` too low.
+
+        For a chunk of a file screened apart: its lines are numbered from 1 where it starts.
+        """
+        prefix = f"{path}:"
+        shifted = MalformedCounter(other.max_examples)
+        shifted.counts = other.counts
+        for example in other.examples:
+            if example.startswith(prefix):
+                number, _, rest = example[len(prefix) :].partition(":")
+                example = f"{prefix}{int(number) + lines}:{rest}"
+            shifted.examples.append(example)
+        self.merge(shifted)
+
     @property
     def total(self) -> int:
         """Number of records dropped."""

@@ -286,6 +286,7 @@ def test_chunked_file_screen_matches_row_by_row_screen(tmp_path, monkeypatch, ch
         assert (out / "kept.jsonl").read_bytes() == ref_kept
         assert (out / "removed.jsonl").read_bytes() == (tmp_path / "ref_rm.jsonl").read_bytes()
         assert report.as_dict() == ref_report.as_dict() and bad.as_dict() == ref_bad.as_dict()
+        assert sorted(p.name for p in out.iterdir()) == ["kept.jsonl", "removed.jsonl"]  # no spilled parts
     assert ref_report.removed_ids[:2] == ["bom", "0"] and len(ref_report.removed_ids) == 17
     assert ref_bad.counts == {
         "invalid_json": 2,
