@@ -69,6 +69,7 @@ class ModelEndpoint:
     timeout: float | None = 600.0
     extra_sampling: dict[str, Any] = field(default_factory=dict)
     top_logprobs_num: int | None = None  # ask for each sampled token's top-k log-probs (score centering)
+    _stop_ids: list[int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         k = self.top_logprobs_num
@@ -76,9 +77,11 @@ class ModelEndpoint:
             raise ValueError(f"ModelEndpoint top_logprobs_num={k!r}: expected an int >= 1 or None")
 
     def stop_token_ids(self) -> list[int]:
-        """Return the ids of the GLM turn-ending tokens the tokenizer has."""
-        vocab = self.tokenizer.get_vocab()
-        return [vocab[t] for t in STOP_MARKERS if t in vocab]
+        """Return the ids of the GLM turn-ending tokens the tokenizer has (looked up once per endpoint)."""
+        if self._stop_ids is None:  # get_vocab copies the whole vocabulary: not once per model call
+            vocab = self.tokenizer.get_vocab()
+            self._stop_ids = [vocab[t] for t in STOP_MARKERS if t in vocab]
+        return list(self._stop_ids)
 
 
 class BudgetedClient:
