@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tok
 
+from infra.embedded.kv_cache import GrowingCache
 from infra.embedded.prefix_cache import PrefixKVCache
 
 
@@ -97,6 +98,16 @@ def _cache_kw(model: PreTrainedModel) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def _empty_cache() -> object:
+    """The KV cache a sampling run starts from (appended in place as tokens are decoded)."""
+    return GrowingCache()
+
+
+def _cache_from(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> object:
+    """A KV cache holding ``(keys, values)`` per layer, ready to decode from."""
+    return GrowingCache(layers)
+
+
 def _cache_of(out: object) -> object:
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
@@ -115,9 +126,10 @@ def _generate_batch(
         mask[i, width - len(p) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-    past, logits = _cache_of(out), out.logits[:, -1]
     cache_kw = _cache_kw(model)
+    fresh = {cache_kw: _empty_cache()}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **fresh)
+    past, logits = _cache_of(out), out.logits[:, -1]
     last_pos = positions[:, -1]
     results = [Generation() for _ in prompts]
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
@@ -239,7 +251,10 @@ def generate_rows(
             ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
             for i, r in enumerate(rows):
                 ids[i, width - len(r.ids) :] = torch.tensor(r.ids, dtype=torch.long)
-            out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions, use_cache=True)
+            out = model(
+                input_ids=ids.to(device), attention_mask=mask, position_ids=positions, use_cache=True,
+                **{_cache_kw(model): _empty_cache()},
+            )  # fmt: skip
             past, logits = _cache_of(out), out.logits[:, -1]
         else:
             past, logits = _prefill_with_cache(model, rows, width, prefix_cache)
@@ -310,4 +325,4 @@ def _prefill_with_cache(
         last.append(out.logits[:, -1])
     merged = [(torch.cat([row[j][0] for row in layers]), torch.cat([row[j][1] for row in layers]))
               for j in range(len(layers[0]))]  # fmt: skip
-    return DynamicCache(ddp_cache_data=merged, config=model.config), torch.cat(last)
+    return _cache_from(merged), torch.cat(last)
