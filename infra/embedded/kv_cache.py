@@ -4,7 +4,7 @@ transformers' ``DynamicCache`` grows each layer with ``torch.cat`` on every deco
 whole cache each step: a quarter of the decoder's time in the agent stages' episodes (~1,000-token
 contexts, py-spy on stage 05). :class:`GrowingCache` keeps each layer in a buffer with spare capacity
 (doubled when full) and hands attention a view of the filled part. Attention reads the same numbers in
-the same order, so samples are bit-identical to ``DynamicCache``'s (``tests/test_kv_cache.py``).
+the same order, so samples are bit-identical to ``DynamicCache``'s (``tests/test_embedded_generation.py``).
 Hand-written because transformers has no appendable dynamic cache (its ``StaticCache`` needs the final
 length up front and attends over the padding too, which changes the sums).
 """
