@@ -272,9 +272,9 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False)
 def _line_ranges(path: Path, chunk_bytes: int | None = None) -> Iterator[tuple[str, int, int]]:
     """Yield ``(path, start, end)``: byte ranges of whole lines, each ``chunk_bytes`` or a little more.
 
-    The reading process only finds the cuts (the first newline at or past each ``chunk_bytes`` mark, a
-    few bytes read per cut); the chunk's screener reads its own bytes, so neither the corpus nor line
-    counting passes through this process (sending every chunk through a pipe to a worker capped the
+    The main process only finds the cuts (the first newline at or past each ``chunk_bytes`` mark, usually
+    one 64 KB read per cut); the chunk's screener reads its own bytes, so neither the corpus nor line
+    counting passes through the main process (sending every chunk through a pipe to a worker capped the
     pool at the rate one process can pickle, and counting lines here cost a pass over the corpus).
     """
     chunk_bytes = chunk_bytes or CHUNK_BYTES
