@@ -27,25 +27,23 @@ It is hand-written because pyahocorasick, the library choice, drops to a few MB/
 results and serve as the benchmark's baselines. The index's phrase hashes are computed in numpy too, by
 the same fingerprint code (a per-phrase Python loop cost ~3 s for the full list).
 
-:func:`map_ordered` runs any per-chunk function over a process pool that inherits the index;
-:func:`iter_scan` and the file pipeline (``data_prep.decontam_pipeline``) both use it.
+:func:`iter_scan` and the file pipeline (``data_prep.decontam_pipeline``) spread chunks over workers with
+:func:`data_prep.ordered_pool.map_ordered`.
 """
 
 from __future__ import annotations
 
-import gc
 import math
-import multiprocessing as mp
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate
-from typing import TypeVar
 
 import numpy as np
 
 from data_prep.benchmarks import BenchmarkItem
+from data_prep.ordered_pool import map_ordered
 
 PHRASE_WORDS = 8
 PHRASES_PER_ITEM = 20
@@ -60,8 +58,6 @@ _SEP = b" \x01 "
 _BASE = 1099511628211  # odd, so it has an inverse mod 2**64
 _MASK64 = (1 << 64) - 1
 _BITMAP_BITS = 24
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 def prepare(text: str) -> bytes:
@@ -379,48 +375,6 @@ def scan_texts(index: PhraseIndex, texts: Sequence[str], engine: str = "hash") -
     """Return the match (or None) for each text."""
     prepared = [prepare(t) for t in texts]
     return [decide(index, pids) for pids in ENGINES[engine](index, prepared)]
-
-
-_WORKER_INDEX: dict[str, PhraseIndex] = {}
-
-
-def _init_worker(index: PhraseIndex) -> None:
-    _WORKER_INDEX["index"] = index
-
-
-def _apply(fn: Callable[[PhraseIndex, _T], _R], task: _T) -> _R:
-    return fn(_WORKER_INDEX["index"], task)
-
-
-def map_ordered(
-    index: PhraseIndex, fn: Callable[[PhraseIndex, _T], _R], tasks: Iterable[_T], workers: int = 1
-) -> Iterator[_R]:
-    """Yield ``fn(index, task)`` for each task, in order; ``workers > 1`` runs them in a process pool.
-
-    ``fn`` must be a module-level function (workers get it by name). Tasks are drawn lazily: at most
-    ``2 * workers`` are in flight, so memory stays bounded on a corpus of any size.
-    """
-    if workers <= 1:
-        for task in tasks:
-            yield fn(index, task)
-        return
-    if "fork" in mp.get_all_start_methods():  # children inherit the index: nothing to pickle
-        _WORKER_INDEX["index"] = index
-        gc.freeze()  # the children's collector then leaves the index's pages shared, not copied
-        try:
-            pool_cm = mp.get_context("fork").Pool(workers)
-        finally:
-            gc.unfreeze()
-    else:
-        pool_cm = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(index,))
-    with pool_cm as pool:
-        pending: deque = deque()
-        for task in tasks:
-            pending.append(pool.apply_async(_apply, (fn, task)))
-            if len(pending) > 2 * workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
 
 
 def _scan_task(index: PhraseIndex, task: tuple[list[str], str]) -> list[Match | None]:
