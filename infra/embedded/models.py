@@ -82,20 +82,44 @@ def _smollm2_dir() -> Path:
 
 
 def _with_glm_markup(model: PreTrainedModel, tokenizer: Tok, seed: int) -> tuple[PreTrainedModel, Tok]:
-    """Give a non-GLM tokenizer the GLM markup; new embedding rows are seeded (reproducible)."""
+    """Give a non-GLM tokenizer the GLM markup; each new token starts as the mean of its spelling's rows.
+
+    transformers' ``mean_resizing`` draws every new row from N(mean, 1e-9·Σ), so the dozen markup tokens
+    start as one vector: a 135M base fine-tuned on tool calls then learned the values of ``<arg_value>``
+    spans but sampled ``<arg_key>``, ``</arg_value>`` and ``</think>`` for one another at temperature 1.0.
+    Starting ``<arg_key>`` at the mean of the rows of ``<``, ``arg``, ``_``, ``key``, ``>`` keeps them apart
+    and meaningful from the first step (input and, when untied, output embeddings).
+    """
     has_glm = all(t in tokenizer.get_vocab() for t in GLM_SPECIAL_TOKENS) and bool(tokenizer.chat_template)
     if has_glm:
         return model, tokenizer
+    vocab = tokenizer.get_vocab()
+    spelled = {
+        t: tokenizer(t, add_special_tokens=False)["input_ids"] for t in GLM_SPECIAL_TOKENS if t not in vocab
+    }
     install_glm_markup(tokenizer)
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    _init_from_spelling(model, {tokenizer.convert_tokens_to_ids(t): ids for t, ids in spelled.items() if ids})
     eos = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     model.config.eos_token_id = eos
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def _init_from_spelling(model: PreTrainedModel, spelled: dict[int, list[int]]) -> None:
+    """Set each new token's embedding row (and untied output row) to the mean of its spelling's rows."""
+    weights = [model.get_input_embeddings().weight]
+    head = model.get_output_embeddings()
+    if head is not None and head.weight.data_ptr() != weights[0].data_ptr():
+        weights.append(head.weight)
+    with torch.no_grad():
+        for w in weights:
+            for new_id, ids in spelled.items():
+                w[new_id] = w[ids].mean(0)
 
 
 def _cached(name: str, build) -> Path:  # noqa: ANN001 - build: () -> (model, tokenizer)
@@ -114,7 +138,7 @@ def materialize(model: str, dest: Path, seed: int = 0, revision: str | None = No
     if model == "micro":
         src = _cached(f"micro-v{MICRO_VERSION}-seed{seed}", lambda: build_micro(seed))
     elif model == "smollm2-135m":
-        src = _cached("smollm2-135m-glm", lambda: _load_smollm2(seed))
+        src = _cached("smollm2-135m-glm-v2", lambda: _load_smollm2(seed))
     else:
         tok = AutoTokenizer.from_pretrained(model, revision=revision)
         net = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype="auto")
