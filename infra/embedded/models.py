@@ -90,10 +90,9 @@ def _with_glm_markup(model: PreTrainedModel, tokenizer: Tok, seed: int) -> tuple
     Starting ``<arg_key>`` at the mean of the rows of ``<``, ``arg``, ``_``, ``key``, ``>`` keeps them apart
     and meaningful from the first step (input and, when untied, output embeddings).
     """
-    has_glm = all(t in tokenizer.get_vocab() for t in GLM_SPECIAL_TOKENS) and bool(tokenizer.chat_template)
-    if has_glm:
-        return model, tokenizer
     vocab = tokenizer.get_vocab()
+    if all(t in vocab for t in GLM_SPECIAL_TOKENS) and bool(tokenizer.chat_template):
+        return model, tokenizer
     spelled = {
         t: tokenizer(t, add_special_tokens=False)["input_ids"] for t in GLM_SPECIAL_TOKENS if t not in vocab
     }
