@@ -184,6 +184,31 @@ def table_scenarios(domain: Domain) -> list[Domain]:
     ]
 
 
+#: Draws per task before a repeated task text is accepted (a table with fewer rows than deletes asked).
+_DRAWS = 50
+
+
+def _distinct_tasks(
+    d: Domain, rows: dict[str, list[dict[str, Any]]], n: int, rng: random.Random, lean: bool
+) -> list[dict[str, Any]]:
+    """Return ``n`` tasks of ``d`` (kind ``KINDS[i % 4]``), redrawing one whose text an earlier task has.
+
+    Each episode starts from the seed database, so two tasks with one text are one task: a split would put
+    a copy of a held-out task in training.
+    """
+    made: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i in range(n):
+        for _ in range(_DRAWS):
+            table = rng.choice(d.tables)
+            task = make_task(KINDS[i % len(KINDS)], table, rows[table.name], rng, lean)
+            if task["task"] not in seen:
+                break
+        seen.add(task["task"])
+        made.append(task)
+    return made
+
+
 def generate(
     out: Path,
     seed: int = 0,
@@ -208,10 +233,7 @@ def generate(
     for d in chosen:
         rng = random.Random(f"{seed}:{d.key}")
         rows = {t.name: seed_rows(t, rng) for t in d.tables}
-        made = [
-            make_task(KINDS[i % len(KINDS)], t, rows[t.name], rng, lean)
-            for i, t in ((i, rng.choice(d.tables)) for i in range(tasks))
-        ]
+        made = _distinct_tasks(d, rows, tasks, rng, lean)
         files["gen_scenario"].append({"name": d.key, "description": d.description})
         files["gen_tasks"].append({"scenario": d.key, "tasks": [m["task"] for m in made]})
         tables = [

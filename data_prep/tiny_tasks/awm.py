@@ -6,9 +6,14 @@ a release in the public AWM format (:mod:`data_prep.awm_generate` with ``split_t
 micro model's context) into ``$RUFUS_DATA_CACHE`` (default ``~/.cache/rufus/data``). The split:
 
 * **held-out scenarios**: :data:`HELDOUT_SCENARIOS` of the 18 scenarios never appear in training;
-* **held-out tasks**: every fourth task of each other scenario (unseen tasks of seen scenarios);
-* **train**: the remaining tasks of the seen scenarios: index 2 mod 4 is RL-only (:func:`rl_only`), the
+* **held-out tasks**: a quarter of each other scenario's tasks (unseen tasks of seen scenarios);
+* **train**: the remaining tasks of the seen scenarios: a quarter is RL-only (:func:`rl_only`), the
   rest are SFT demonstrations (:func:`sft_demo`).
+
+The generator makes task ``i`` of kind ``KINDS[i % 4]`` (create, update, delete, look-up), so a split on
+``i % 4`` would give each split one kind only (SFT only creates and updates, RL only deletes, the held-out
+tasks of seen scenarios only look-ups). :func:`split_slot` rotates the slot by the round ``i // 4``
+instead: every split holds every kind, in the same proportions as before.
 
 Each task is a row of the ``agent`` environment running ``awm_tiny`` (:mod:`.awm_env`: the built-in
 ``awm`` environment over this release with the tiny episode budgets), scored by the task's code verifier
@@ -23,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from data_prep.awm_tasks import KINDS
 from data_prep.tiny_tasks.common import (
     AGENT_LIMITS,
     TinyTask,
@@ -74,14 +80,28 @@ def task_index(task_id: str) -> int:
     return int(task_id.rsplit("-", 1)[1])
 
 
+#: Slots of :func:`split_slot`: held-out tasks of seen scenarios, and the train tasks kept for RL.
+HELDOUT_SLOT, RL_SLOT = 3, 2
+
+
+def split_slot(index: int) -> int:
+    """Return the split slot (0-3) of task ``index``: one task of each slot per round of four, rotating.
+
+    Round ``r = index // 4`` holds one task of each kind (``index % 4``); adding the round rotates which
+    kind lands in which slot, so over a scenario's 24 tasks every slot holds every kind (once or twice).
+    """
+    n = len(KINDS)
+    return (index + index // n) % n
+
+
 def rl_only(task_id: str) -> bool:
     """True for a train task SFT never demonstrates, kept for RL (a third of each seen scenario's).
 
     Stage 04 trains on these, as stage 05 trains on :func:`data_prep.tiny_tasks.harbor.rl_only`: requests
     whose records the policy never saw handled, like the held-out ones, so RL rewards reading the request
-    and the tool results rather than replaying a memorized call. (Held-out tasks are index 3 mod 4.)
+    and the tool results rather than replaying a memorized call.
     """
-    return not is_repeat(task_id) and task_index(task_id) % 4 == 2
+    return not is_repeat(task_id) and split_slot(task_index(task_id)) == RL_SLOT
 
 
 def sft_demo(task: TinyTask) -> bool:
@@ -103,8 +123,12 @@ def _pool(seed: int, split: str) -> list[tuple[str, int]]:
     unseen = split_of(list(scenarios))
     pool = []
     for name in sorted(scenarios):
+        texts: set[str] = set()
         for task in scenarios[name].verified_tasks():
-            heldout = name in unseen or task.index % 4 == 3
+            if task.text in texts:  # one task twice (a table with few distinct look-ups): keep the first
+                continue
+            texts.add(task.text)
+            heldout = name in unseen or split_slot(task.index) == HELDOUT_SLOT
             if heldout == (split == "heldout"):
                 pool.append((name, task.index))
     rng_for("awm_pool", seed, split).shuffle(pool)
