@@ -85,7 +85,7 @@ class SFTConfig(StrictModel):
 class RolloutConfig(OmitLaterDefaults, StrictModel):
     """Sizes of one RL rollout step (slime: rollout batch, n samples, steps per rollout)."""
 
-    _ADDED_LATER: ClassVar[tuple[str, ...]] = ("max_sampling_attempts",)
+    _ADDED_LATER: ClassVar[tuple[str, ...]] = ("max_sampling_attempts", "train_micro_batch")
 
     prompts_per_step: int = Field(description="Prompts per rollout (slime --rollout-batch-size).")
     samples_per_prompt: int = Field(description="Samples per prompt (group size).")
@@ -102,6 +102,13 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         default=8,
         ge=1,
         description="Embedded: draws per step before training on fewer groups (slime draws until full).",
+    )
+    train_micro_batch: int | None = Field(
+        default=None,
+        ge=1,
+        description="Embedded: episodes per training forward (gradient accumulation; the log-probability "
+        "passes use the same split); None runs each optimizer step in one forward. A 49K-vocabulary base "
+        "needs a few (production batches by token budget: parallelism.max_tokens_per_gpu).",
     )
 
     @model_validator(mode="after")

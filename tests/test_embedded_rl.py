@@ -129,3 +129,23 @@ def test_phases_override_rollout_and_policy(tmp_path, base):
     assert plan[0].policy.estimator == "grpo" and plan[-1].policy.estimator == "gspo"
     with pytest.raises(ValueError, match=r"phases\.0\.shaping"):  # rejected when set, not when trained
         cfg.phases = [{"shaping": {}}]
+
+
+def test_micro_batched_training_matches_one_forward_per_step(tmp_path, base):
+    """``rollout.train_micro_batch`` splits a step into accumulated forwards: the same update, up to float order."""
+    whole, split = small_rl_job(tmp_path / "whole", base), small_rl_job(tmp_path / "split", base)
+    for job in (whole, split):
+        job.stage.config.rl.rollout.num_rollouts = 1  # one update: sampling cannot diverge
+        job.stage.config.rl.dynamic_sampling.filter = "none"  # train on every group of that one draw
+        job.stage.config.rl.policy.mask_truncated = False  # the toy's responses all hit the budget
+    split.stage.config.rl.rollout.train_micro_batch = 3  # 16 episodes: 3+3+3+3+3+1
+    rl_mod.train_rl(whole)
+    rl_mod.train_rl(split)
+    m_whole, m_split = metrics_without_timing(whole.metrics_path), metrics_without_timing(split.metrics_path)
+    assert m_whole[0]["reward_mean"] == m_split[0]["reward_mean"]
+    for key in ("loss", "grad_norm", "kl", "entropy"):  # a mis-weighted micro-batch changes these
+        assert m_whole[0][key] == pytest.approx(m_split[0][key], rel=1e-5, abs=1e-7), key
+    a, b, start = weights(whole.export_dir), weights(split.export_dir), weights(base)
+    moved = max(float((a[k] - start[k]).abs().max()) for k in a)
+    assert moved > 1e-3  # the step changed the weights, so equal weights are not vacuous
+    assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-4) for k in a)  # Adam on near-zero gradients

@@ -215,7 +215,8 @@ class RLTrainer:
         return ids, lps
 
     def _micro_batches(self, idx: list[int]) -> list[list[int]]:
-        size = int(self.job.extra.get("micro_batch") or len(idx) or 1)
+        size = self.job.extra.get("micro_batch") or self.cfg.rl.rollout.train_micro_batch or len(idx) or 1
+        size = int(size)
         return [idx[i : i + size] for i in range(0, len(idx), size)]
 
     def _pad(self, rows: list[list[float]]) -> torch.Tensor:
