@@ -132,7 +132,7 @@ def test_phases_override_rollout_and_policy(tmp_path, base):
 
 
 def test_micro_batched_training_matches_one_forward_per_step(tmp_path, base):
-    """``rollout.train_micro_batch`` splits a step into accumulated forwards: the same update, up to float order."""
+    """``rollout.train_micro_batch``: accumulated forwards give the same update as one, up to rounding."""
     whole, split = small_rl_job(tmp_path / "whole", base), small_rl_job(tmp_path / "split", base)
     for job in (whole, split):
         job.stage.config.rl.rollout.num_rollouts = 1  # one update: sampling cannot diverge

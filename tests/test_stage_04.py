@@ -95,7 +95,10 @@ def test_every_split_holds_every_kind_of_task(release: Path) -> None:
     from infra.agents.awm.selfcheck import load_gold
 
     gold = load_gold(release)
-    kind = lambda t: gold[(t.metadata["scenario"], t.metadata["task_idx"])]["actions"][-1]["tool"].split("_")[0]  # noqa: E731
+
+    def kind(t) -> str:  # the operation of the task's last gold call: create, update, delete or list
+        return gold[(t.metadata["scenario"], t.metadata["task_idx"])]["actions"][-1]["tool"].split("_")[0]
+
     train = [t for t in generate(tiny_awm.FAMILY, 400, 0, "train") if not tiny_awm.is_repeat(t.id)]
     held = heldout_tasks(tiny_awm.METRIC, 400, 0)
     unseen = {t.metadata["scenario"] for t in held} - {t.metadata["scenario"] for t in train}
