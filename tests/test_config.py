@@ -370,3 +370,11 @@ def test_a_field_added_later_is_written_only_when_set_so_older_runs_keep_their_h
         == 2
     )
     assert RolloutConfig.model_validate(default.model_dump()) == default
+    assert "shared_prompt_forward" not in default.model_dump()
+    shared = RolloutConfig.model_validate({**base, "shared_prompt_forward": True})
+    assert shared.model_dump()["shared_prompt_forward"] is True
+    from infra.config import SFTConfig
+
+    sft = {"global_batch": 2, "epochs": 1, "max_seq_len": 64, "length_cap": 64, "eval_interval": 5}
+    assert "lean_forward" not in SFTConfig.model_validate(sft).model_dump()
+    assert SFTConfig.model_validate({**sft, "lean_forward": True}).model_dump()["lean_forward"] is True

