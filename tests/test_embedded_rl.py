@@ -95,7 +95,7 @@ def test_reusing_the_training_forward_for_old_logprobs_is_bit_identical(tmp_path
     monkeypatch.setattr(
         rl_mod.RLTrainer,
         "_old_logprobs",
-        lambda self, items, n, phase: self._no_grad_logprobs(self.model, items, phase.rollout.temperature),
+        lambda self, items, n, phase: self._no_grad_logprobs(self.model, items, phase.rollout),
     )
     rl_mod.train_rl(separate)
     assert metrics_without_timing(reused.metrics_path) == metrics_without_timing(separate.metrics_path)

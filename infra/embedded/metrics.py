@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 # Wall-clock metrics: the only keys that differ between a resumed and an uninterrupted run.
-TIMING_KEYS = ("step_seconds", "tokens_per_s")
+TIMING_KEYS = ("step_seconds", "rollout_seconds", "tokens_per_s")
 
 
 class MetricsLog:

@@ -350,6 +350,7 @@ class RLTrainer:
             filtering=ds.filter != "none",
             max_attempts=int(self.job.extra.get("max_sampling_attempts", rc.max_sampling_attempts)),
         )
+        rollout_seconds = time.perf_counter() - t0
         samples = [s for g in groups for s in g.samples]
         row: dict[str, Any] = {"step": step, "phase": phase.index, "lr": float(self.sched.get_last_lr()[0])}
         if samples:
@@ -370,6 +371,7 @@ class RLTrainer:
             row[f"episodes_{end}"] = count
         seconds = time.perf_counter() - t0
         row["step_seconds"] = seconds
+        row["rollout_seconds"] = rollout_seconds  # sampling and scoring; the rest is the update
         row["tokens_per_s"] = sum(len(s.token_ids) for s in samples) / max(seconds, 1e-9)
         return row
 
