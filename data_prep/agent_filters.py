@@ -262,6 +262,7 @@ class CheckpointRunner:
 
     def __call__(self, tasks: list[AgentTask], n: int) -> list[list[RewardResult]]:
         """Return ``n`` episode rewards per task."""
+        from infra.embedded.runtime import progress
         from infra.environments.agent import task_row
         from infra.environments.base import Sampling
 
@@ -274,7 +275,8 @@ class CheckpointRunner:
             top_p=self.top_p,
             max_context_tokens=self.max_context_tokens,
         )
-        groups = env.rollout(self.policy(), rows, n, sampling)
+        with progress(f"policy episodes ({len(tasks)} tasks x {n})", len(tasks) * n) as advance:
+            groups = env.rollout(self.policy(), rows, n, sampling, on_episode=advance)
         return [[episode.reward for episode in group.samples] for group in groups]
 
 
@@ -296,6 +298,7 @@ class EndpointRunner:
     def __call__(self, tasks: list[AgentTask], n: int) -> list[list[RewardResult]]:
         """Return ``n`` episode rewards per task."""
         from infra.agents.loop import ModelEndpoint
+        from infra.embedded.runtime import progress
         from infra.environments.agent import episode_of, quiet_episode_logs
 
         cfg = self.endpoint
@@ -307,9 +310,10 @@ class EndpointRunner:
             top_p=cfg.top_p,
             timeout=cfg.timeout_s,
         )
-        with quiet_episode_logs():
+        title = f"endpoint episodes ({len(tasks)} tasks x {n})"
+        with quiet_episode_logs(), progress(title, len(tasks) * n) as advance:
             # the embedded rollout's own fan-out (semaphore, per-episode seeds, a fresh env per episode)
-            results = asyncio.run(env._episodes(model, tasks, n, self.seed))
+            results = asyncio.run(env._episodes(model, tasks, n, self.seed, on_episode=advance))
         return [[episode_of(r).reward for r in results[i * n : (i + 1) * n]] for i in range(len(tasks))]
 
 

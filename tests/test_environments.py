@@ -84,8 +84,10 @@ def test_agent_episodes_are_masked_token_trajectories(policy):
     rows = env.task_rows(2, seed=3)
     assert rows[0].metadata["environment"] == "agent" and rows[0].metadata["task_id"] == rows[0].id
     oracle = Policy(policy.model, policy.tokenizer, backend=oracle_backend(policy.tokenizer))
-    groups = env.rollout(oracle, rows, 2, Sampling(max_new_tokens=64, temperature=1.0, seed=1))
-    assert [len(g.samples) for g in groups] == [2, 2]
+    ended: list[int] = []  # on_episode: a caller's progress bar ticks once per finished episode
+    sampling = Sampling(max_new_tokens=64, temperature=1.0, seed=1)
+    groups = env.rollout(oracle, rows, 2, sampling, on_episode=lambda: ended.append(1))
+    assert [len(g.samples) for g in groups] == [2, 2] and len(ended) == 4
     for group in groups:
         assert group.prompt_ids and group.scores == [1.0, 1.0]
         for ep in group.samples:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -146,8 +146,18 @@ class AgentToolEnvironment(Environment):
             )
         return slots
 
-    def rollout(self, policy: Policy, rows: list[PromptRow], n: int, sampling: Sampling) -> list[Group]:
-        """Run ``n`` episodes per row against a local ``/generate`` server over ``policy``."""
+    def rollout(
+        self,
+        policy: Policy,
+        rows: list[PromptRow],
+        n: int,
+        sampling: Sampling,
+        on_episode: Callable[[], None] | None = None,
+    ) -> list[Group]:
+        """Run ``n`` episodes per row against a local ``/generate`` server over ``policy``.
+
+        ``on_episode`` is called as each episode ends (a caller's progress bar).
+        """
         from infra.agents.local_server import GenerateServer, embedded_backend, embedded_batch_backend
         from infra.agents.lockstep import LockstepBatcher
         from infra.agents.loop import ModelEndpoint
@@ -173,7 +183,9 @@ class AgentToolEnvironment(Environment):
             )
             try:
                 done = batcher.worker_done if batcher else None
-                results = asyncio.run(self._episodes(endpoint, tasks, n, sampling.seed, slots, done))
+                results = asyncio.run(
+                    self._episodes(endpoint, tasks, n, sampling.seed, slots, done, on_episode)
+                )
             finally:
                 if batcher is not None:
                     batcher.close()
@@ -192,12 +204,14 @@ class AgentToolEnvironment(Environment):
         seed: int,
         slots: int | None = None,
         worker_done: Any = None,
+        on_episode: Callable[[], None] | None = None,
     ) -> list[RolloutResult]:
         """Play ``n`` episodes per task with ``slots`` workers, each a fixed share of the episodes in turn.
 
         Sample-major order: the episodes in flight belong to different tasks, so an environment that keeps
         a warm server per task (AWM: one per scenario, reset between episodes) reuses it sample after
-        sample. ``worker_done`` is called as each worker finishes (the lockstep batcher stops waiting for it).
+        sample. ``worker_done`` is called as each worker finishes (the lockstep batcher stops waiting for it),
+        ``on_episode`` as each episode ends.
         """
         import dataclasses
 
@@ -212,6 +226,8 @@ class AgentToolEnvironment(Environment):
                 for i, j in order[k::slots]:
                     ep = dataclasses.replace(endpoint, seed=derive_seed(seed, i, j) % 2**31)
                     done[(i, j)] = await run_episode(self.agent_env(), tasks[i], ep)
+                    if on_episode is not None:
+                        on_episode()
             finally:
                 if worker_done is not None:
                     worker_done()
