@@ -189,3 +189,30 @@ def test_embedded_data_prep_writes_verified_rows_and_counts_every_step(release: 
     }
     assert held and not held & {r["id"] for r in rows}
     assert all(r["metadata"]["environment_options"]["env"] == "awm_tiny" for r in rows)
+
+
+def test_embedded_difficulty_filter_keeps_a_task_only_the_gold_teacher_passes(
+    release: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The correctness rule asks the teacher (the gold replay) about tasks the policy never passed.
+
+    The policy is a double (a checkpoint's episodes take minutes here): it passes the first task always,
+    the second never and the third once in two.
+    """
+    from data_prep import agent_filters
+    from rewards.contract import RewardResult
+
+    def policy_double(self, tasks, n):  # noqa: ANN001, ANN202 - CheckpointRunner.__call__'s signature
+        plan = [[True, True], [False, False], [True, False]]
+        return [[RewardResult(score=float(p)) for p in plan[i % 3][:n]] for i in range(len(tasks))]
+
+    monkeypatch.setattr(agent_filters.CheckpointRunner, "__call__", policy_double)
+    stage = recipe.resolve_stage(
+        ROOT / "stages" / "04_general_agent", "embedded", sets={"data.filter_samples": 2}
+    )
+    ctx = PrepContext(stage=stage, out_dir=tmp_path, seed=0, profile="embedded", tokenizer_dir=tmp_path)
+    stage.module("data_prep").prepare(ctx)
+    (step,) = [s for s in json.loads((tmp_path / "manifest.json").read_text())["steps"]
+               if s["step"] == "correctness_difficulty"]  # fmt: skip
+    assert step["dropped_always_passed"] == 29 and step["dropped_never_passed"] == 0
+    assert step["teacher_pass_histogram"] == {"1/1": 29} and step["kept"] == 86 - 29

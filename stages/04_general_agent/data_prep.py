@@ -84,13 +84,15 @@ def _embedded_rows(
     rows = screen_against_heldout([t.prompt_row() for t in tasks], heldout, manifest)
     rows = [r for r in rows if rl_only(r.id)]
     manifest.step("rl_split", len(rows), rule="train tasks SFT never demonstrates (awm.rl_only)")
-    rows = _teacher_check(rows, release, manifest)
+    gold = agent_filters.GoldReplayRunner(release)
+    rows = _teacher_check(rows, gold, manifest)
     if params.filter_samples:
         runner = agent_filters.CheckpointRunner(
             Path(ctx.tokenizer_dir), _env_of(rows), seed=seed, concurrency=8,
             max_new_tokens=ctx.stage.config.rl.rollout.max_response_tokens,
         )  # fmt: skip
-        rows = _policy_filters(rows, params, runner, None, manifest)
+        # the gold replay is the teacher: a task the policy never passes stays when its gold actions pass
+        rows = _policy_filters(rows, params, runner, gold, manifest)
     else:
         manifest.step(
             "correctness_difficulty", len(rows), skipped=True,
@@ -104,9 +106,8 @@ def _env_of(rows: list[PromptRow]) -> str:
     return str(rows[0].metadata["environment_options"]["env"]) if rows else "awm_tiny"
 
 
-def _teacher_check(rows: list[PromptRow], release: Path, manifest: Manifest) -> list[PromptRow]:
-    """Keep rows whose gold actions, replayed in the sandbox, pass the task's verifier."""
-    gold = agent_filters.GoldReplayRunner(release)
+def _teacher_check(rows: list[PromptRow], gold: Any, manifest: Manifest) -> list[PromptRow]:
+    """Keep rows whose gold actions, replayed in the sandbox by ``gold``, pass the task's verifier."""
     results = gold([_task(r) for r in rows], 1)
     kept = [r for r, res in zip(rows, results, strict=True) if res and res[0].passed and not res[0].aborted]
     manifest.step(
