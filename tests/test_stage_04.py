@@ -216,3 +216,22 @@ def test_embedded_difficulty_filter_keeps_a_task_only_the_gold_teacher_passes(
                if s["step"] == "correctness_difficulty"]  # fmt: skip
     assert step["dropped_always_passed"] == 29 and step["dropped_never_passed"] == 0
     assert step["teacher_pass_histogram"] == {"1/1": 29} and step["kept"] == 86 - 29
+
+
+def test_embedded_turn_budget_holds_every_gold_tool_call(release: Path) -> None:
+    """A gold call longer than the per-turn budget makes its task unsolvable (it is cut mid-call)."""
+    from infra.embedded.chat_format import render_with_loss_mask
+    from tests.agents_scripted import micro_tokenizer
+
+    tok = micro_tokenizer()
+    stage = recipe.resolve_stage(ROOT / "stages" / "04_general_agent", "embedded")
+    budget = stage.config.rl.rollout.max_response_tokens
+    longest = 0
+    for g in load_gold(release).values():
+        for action in g["actions"]:
+            fn = {"name": action["tool"], "arguments": action["arguments"]}
+            call = {"id": "c", "type": "function", "function": fn}
+            turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+            _, mask = render_with_loss_mask(tok, [{"role": "user", "content": "x"}, turn])
+            longest = max(longest, sum(mask))
+    assert longest <= budget, f"the longest gold call is {longest} tokens, the per-turn budget {budget}"
