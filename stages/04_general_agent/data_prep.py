@@ -84,15 +84,18 @@ def _embedded_rows(
     rows = screen_against_heldout([t.prompt_row() for t in tasks], heldout, manifest)
     rows = [r for r in rows if rl_only(r.id)]
     manifest.step("rl_split", len(rows), rule="train tasks SFT never demonstrates (awm.rl_only)")
-    gold = agent_filters.GoldReplayRunner(release)
-    rows = _teacher_check(rows, gold, manifest)
+    rows, gold = _teacher_check(rows, release, manifest)
     if params.filter_samples:
         runner = agent_filters.CheckpointRunner(
             Path(ctx.tokenizer_dir), _env_of(rows), seed=seed, concurrency=8,
             max_new_tokens=ctx.stage.config.rl.rollout.max_response_tokens,
         )  # fmt: skip
+
+        def teacher(tasks: list[Any], n: int) -> list[list[Any]]:  # the replays above, not played again
+            return [gold[t.id] for t in tasks]
+
         # the gold replay is the teacher: a task the policy never passes stays when its gold actions pass
-        rows = _policy_filters(rows, params, runner, gold, manifest)
+        rows = _policy_filters(rows, params, runner, teacher, manifest)
     else:
         manifest.step(
             "correctness_difficulty", len(rows), skipped=True,
@@ -106,15 +109,21 @@ def _env_of(rows: list[PromptRow]) -> str:
     return str(rows[0].metadata["environment_options"]["env"]) if rows else "awm_tiny"
 
 
-def _teacher_check(rows: list[PromptRow], gold: Any, manifest: Manifest) -> list[PromptRow]:
-    """Keep rows whose gold actions, replayed in the sandbox by ``gold``, pass the task's verifier."""
-    results = gold([_task(r) for r in rows], 1)
+def _teacher_check(
+    rows: list[PromptRow], release: Path, manifest: Manifest
+) -> tuple[list[PromptRow], dict[str, list[Any]]]:
+    """Keep rows whose gold actions, replayed in the sandbox, pass the task's verifier.
+
+    Also return each task's replay result by task id (the policy filters' teacher).
+    """
+    tasks = [_task(r) for r in rows]
+    results = agent_filters.GoldReplayRunner(release)(tasks, 1)
     kept = [r for r, res in zip(rows, results, strict=True) if res and res[0].passed and not res[0].aborted]
     manifest.step(
         "correctness_teacher", len(kept), rule="gold actions replayed in the sandbox pass the verifier",
         dropped=len(rows) - len(kept),
     )  # fmt: skip
-    return kept
+    return kept, {t.id: res for t, res in zip(tasks, results, strict=True)}
 
 
 def _task(row: PromptRow) -> Any:
