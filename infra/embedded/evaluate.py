@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from data_prep.schema import PromptRow
 from infra.backends import StageJob
@@ -127,7 +128,8 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
             f"{job.heldout_dir}: no held-out file for {missing} (expected <metric>.jsonl)"
         )
     setup_determinism(job.seed, job.extra.get("threads"))
-    model = load_model(checkpoint, pick_device(job.extra.get("device"))).eval()
+    dtype = None if cfg.eval.sampler_dtype == "float32" else getattr(torch, cfg.eval.sampler_dtype)
+    model = load_model(checkpoint, pick_device(job.extra.get("device")), dtype=dtype).eval()
     tokenizer = load_tokenizer(checkpoint)
     stage_env = job.stage.environment() if cfg.rl is not None else None
     out = {}

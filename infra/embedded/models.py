@@ -184,6 +184,29 @@ def load_model(
     return model.to(device)
 
 
+def sampler_model(model: PreTrainedModel, dtype: str, into: PreTrainedModel | None = None) -> PreTrainedModel:
+    """Return the model that samples for ``model`` in ``dtype`` (``config.SamplerDtype``).
+
+    ``float32`` is ``model`` itself. Otherwise a copy whose parameters hold ``model``'s current weights cast
+    to ``dtype`` (``into``, an earlier copy, is refreshed in place); buffers such as the rotary frequencies
+    stay float32, as transformers keeps them when it loads a checkpoint in bf16.
+    """
+    if dtype == "float32":
+        return model
+    target = getattr(torch, dtype)
+    if into is None:
+        import copy
+
+        into = copy.deepcopy(model).eval().requires_grad_(False)
+        for p in into.parameters():
+            p.data = p.data.to(target)
+        return into
+    with torch.no_grad():
+        for mine, theirs in zip(into.parameters(), model.parameters(), strict=True):
+            mine.copy_(theirs)
+    return into
+
+
 def load_tokenizer(path: Path) -> Tok:
     """Load the tokenizer of ``path``; raise when it has no chat template."""
     tok = AutoTokenizer.from_pretrained(path)

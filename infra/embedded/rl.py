@@ -33,7 +33,7 @@ from infra.backends import StageJob, TrainResult
 from infra.config import PolicyConfig, RLConfig, RolloutConfig
 from infra.embedded import checkpointing as ckpt
 from infra.embedded.metrics import MetricsLog
-from infra.embedded.models import load_model, load_tokenizer, pick_device
+from infra.embedded.models import load_model, load_tokenizer, pick_device, sampler_model
 from infra.embedded.optim import build_optimizer
 from infra.embedded.rl_select import ValidationSelector
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
@@ -142,6 +142,7 @@ class RLTrainer:
         self.tokenizer = load_tokenizer(job.init_checkpoint)
         self.model = load_model(job.init_checkpoint, self.device)
         self.model.train()
+        self._sampler: torch.nn.Module | None = None  # the rollouts' bf16 copy (rl.rollout.sampler_dtype)
         self.ref = None
         if job.extra.get("track_kl", True) or any(p.policy.kl_coef > 0 for p in self.plan):
             self.ref = load_model(job.init_checkpoint, self.device).eval().requires_grad_(False)
@@ -162,7 +163,8 @@ class RLTrainer:
             batch_size=self.job.extra.get("rollout_batch_size"),
             max_context_tokens=rc.max_context_tokens,
         )
-        return self.env.rollout(Policy(self.model, self.tokenizer), rows, rc.samples_per_prompt, sampling)
+        self._sampler = sampler_model(self.model, rc.sampler_dtype, self._sampler)  # synced to this step
+        return self.env.rollout(Policy(self._sampler, self.tokenizer), rows, rc.samples_per_prompt, sampling)
 
     # ---- update --------------------------------------------------------------------------------
     def _batch(self, items: list, mb: list[int]) -> TokenBatch:
