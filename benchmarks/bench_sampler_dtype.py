@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "fixtures" / "embedded"))
 os.environ.setdefault("RUFUS_NO_PROGRESS", "1")
 
 
