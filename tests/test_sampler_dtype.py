@@ -35,6 +35,7 @@ def test_sampler_model_is_a_bf16_copy_that_follows_the_trained_weights(base):
         for p in model.parameters():
             p.add_(0.5)
     assert sampler_model(model, "bfloat16", copy) is copy  # refreshed in place
+    assert sampler_model(model, "bfloat16", model) is not model  # never a float32 model cast in place
     for mine, theirs in zip(copy.parameters(), model.parameters(), strict=True):
         assert torch.equal(mine, theirs.detach().to(torch.bfloat16))
     ids = torch.tensor([[1, 2, 3, 4, 5]])

@@ -194,7 +194,7 @@ def sampler_model(model: PreTrainedModel, dtype: str, into: PreTrainedModel | No
     if dtype == "float32":
         return model
     target = getattr(torch, dtype)
-    if into is None:
+    if into is None or into is model or next(into.parameters()).dtype != target:
         import copy
 
         into = copy.deepcopy(model).eval().requires_grad_(False)
