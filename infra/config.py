@@ -136,10 +136,8 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
     )
     sampler_dtype: SamplerDtype = Field(
         default="float32",
-        description="Embedded: the dtype of the weights that sample rollouts. bfloat16 samples from a copy "
-        "refreshed from the trained float32 weights before every rollout (SGLang's weight sync, in small), "
-        "so the sampler and the trainer differ by bf16 rounding as in production; 2-4x faster on CPUs "
-        "with AMX or AVX512-BF16, slower elsewhere. Production: SGLang serves the model in bf16.",
+        description="Embedded: weights rollouts sample in; bfloat16 = a copy of the float32 weights synced "
+        "before each rollout (2-4x faster with AMX/AVX512-BF16). Production: SGLang serves bf16.",
     )
 
     @model_validator(mode="after")
