@@ -226,8 +226,9 @@ class CheckpointRunner:
     """Episodes of a local HF checkpoint, through :meth:`AgentToolEnvironment.rollout` (local ``/generate``).
 
     ``max_context_tokens`` caps the served context (default: the model's ``max_position_embeddings``);
-    ``device`` defaults to CUDA when available. ``backend`` replaces sampling the model
-    (``Policy.backend``; tests script the model turns with it).
+    ``device`` defaults to CUDA when available; ``dtype`` is the weights' dtype when sampling
+    (``rl.rollout.sampler_dtype``: the filters sample as the stage's rollouts do). ``backend`` replaces
+    sampling the model (``Policy.backend``; tests script the model turns with it).
     """
 
     def __init__(
@@ -242,9 +243,11 @@ class CheckpointRunner:
         concurrency: int = 4,
         max_context_tokens: int | None = None,
         device: str | None = None,
+        dtype: str = "float32",
         backend: Any = None,
     ) -> None:
         self.model_dir, self.env_spec, self.backend = Path(model_dir), env_spec, backend
+        self.dtype = dtype
         self.device, self.max_context_tokens = device, max_context_tokens
         self.seed, self.max_new_tokens, self.concurrency = seed, max_new_tokens, concurrency
         self.temperature, self.top_p = temperature, top_p
@@ -253,10 +256,13 @@ class CheckpointRunner:
     def policy(self) -> Any:
         """Return the loaded :class:`~infra.environments.base.Policy` (loaded on first use)."""
         if self._policy is None:
+            import torch
+
             from infra.embedded.models import load_model, load_tokenizer, pick_device
             from infra.environments.base import Policy
 
-            model = load_model(self.model_dir, pick_device(self.device)).eval()
+            dtype = None if self.dtype == "float32" else getattr(torch, self.dtype)
+            model = load_model(self.model_dir, pick_device(self.device), dtype).eval()
             self._policy = Policy(model, load_tokenizer(self.model_dir), self.backend)
         return self._policy
 

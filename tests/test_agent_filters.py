@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from agents_scripted import micro_tokenizer, tid
 
 from data_prep.agent_filters import (
@@ -220,3 +221,6 @@ def test_checkpoint_runner_rolls_out_a_local_checkpoint(release: Path) -> None:
     )
     (group,) = real(tasks[:1], 1)  # the random-weight micro model itself: scored (it fails), not aborted
     assert len(group) == 1 and not group[0].aborted and not group[0].passed
+    assert {p.dtype for p in real.policy().model.parameters()} == {torch.float32}
+    bf16 = CheckpointRunner(model_dir, spec, seed=0, dtype="bfloat16")  # rl.rollout.sampler_dtype
+    assert {p.dtype for p in bf16.policy().model.parameters()} == {torch.bfloat16}

@@ -13,7 +13,8 @@ from embedded_jobs import micro_base, toy_job  # noqa: E402
 
 from infra.embedded import evaluate as eval_mod  # noqa: E402
 from infra.embedded import rl as rl_mod  # noqa: E402
-from infra.embedded.models import load_model, sampler_model  # noqa: E402
+from infra.embedded import rl_select  # noqa: E402
+from infra.embedded.models import load_model, load_tokenizer, sampler_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,40 @@ def test_stage_eval_loads_the_checkpoint_in_the_sampler_dtype(tmp_path, base, mo
     scores = eval_mod.evaluate_stage(job, base)
     assert dtypes == [torch.bfloat16]
     assert all(0.0 <= v <= 1.0 for v in scores.values())
+
+
+def test_validation_selector_scores_a_bf16_copy_of_the_current_weights(tmp_path, base, monkeypatch):
+    job = toy_job("toy_rl", tmp_path / "run", base)
+    job.stage.config.eval.sampler_dtype = "bfloat16"
+    job.validation_dir.mkdir(parents=True, exist_ok=True)
+    (job.validation_dir / "toy_a.jsonl").write_text((job.heldout_dir / "toy_a.jsonl").read_text())
+    job.stage.config.eval.select_by = "validation"
+    selector = rl_select.ValidationSelector(job)
+    model, tokenizer = load_model(base).train(), load_tokenizer(base)
+    seen: list[tuple[object, torch.dtype, float]] = []
+    real = rl_select.score_rows
+
+    def spy(sampler, *args, **kwargs):
+        lag = max(
+            float((a.detach().float() - b.detach().to(torch.bfloat16).float()).abs().max())
+            for a, b in zip(sampler.parameters(), model.parameters(), strict=True)
+        )
+        seen.append((sampler, next(sampler.parameters()).dtype, lag))
+        return real(sampler, *args, **kwargs)
+
+    monkeypatch.setattr(rl_select, "score_rows", spy)
+    first = selector.score(model, tokenizer, None)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.25)
+    selector.score(model, tokenizer, None)
+    assert 0.0 <= first <= 1.0 and len(seen) == 2
+    assert all(dtype == torch.bfloat16 and lag == 0.0 for _, dtype, lag in seen)  # synced at every scoring
+    assert seen[0][0] is seen[1][0] is not model  # one copy, refreshed in place
+    assert model.training and {p.dtype for p in model.parameters()} == {torch.float32}
+    job.stage.config.eval.sampler_dtype = "float32"
+    selector.score(model, tokenizer, None)
+    assert seen[-1][0] is model  # float32 scores the trained model itself
 
 
 def test_sampler_dtype_is_left_out_of_older_configs_and_checked():

@@ -197,25 +197,28 @@ def test_embedded_difficulty_filter_keeps_a_task_only_the_gold_teacher_passes(
     """The correctness rule asks the teacher (the gold replay) about tasks the policy never passed.
 
     The policy is a double (a checkpoint's episodes take minutes here): it passes the first task always,
-    the second never and the third once in two.
+    the second never and the third once in two. It samples in the rollouts' dtype.
     """
     from data_prep import agent_filters
     from rewards.contract import RewardResult
 
+    dtypes: list[str] = []
+
     def policy_double(self, tasks, n):  # noqa: ANN001, ANN202 - CheckpointRunner.__call__'s signature
+        dtypes.append(self.dtype)
         plan = [[True, True], [False, False], [True, False]]
         return [[RewardResult(score=float(p)) for p in plan[i % 3][:n]] for i in range(len(tasks))]
 
     monkeypatch.setattr(agent_filters.CheckpointRunner, "__call__", policy_double)
-    stage = recipe.resolve_stage(
-        ROOT / "stages" / "04_general_agent", "embedded", sets={"data.filter_samples": 2}
-    )
+    sets = {"data.filter_samples": 2, "rl.rollout.sampler_dtype": "bfloat16"}
+    stage = recipe.resolve_stage(ROOT / "stages" / "04_general_agent", "embedded", sets=sets)
     ctx = PrepContext(stage=stage, out_dir=tmp_path, seed=0, profile="embedded", tokenizer_dir=tmp_path)
     stage.module("data_prep").prepare(ctx)
     (step,) = [s for s in json.loads((tmp_path / "manifest.json").read_text())["steps"]
                if s["step"] == "correctness_difficulty"]  # fmt: skip
     assert step["dropped_always_passed"] == 29 and step["dropped_never_passed"] == 0
     assert step["teacher_pass_histogram"] == {"1/1": 29} and step["kept"] == 86 - 29
+    assert dtypes and set(dtypes) == {"bfloat16"}
 
 
 def test_embedded_turn_budget_holds_every_gold_tool_call(release: Path) -> None:

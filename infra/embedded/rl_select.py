@@ -9,7 +9,8 @@ out) every ``eval.validation_interval`` rollouts and at the last one, and keeps 
 carried SFT step 3799 of 7112). The input checkpoint is scored for reference but is not a candidate.
 
 Scoring draws from its own seeded generator and restores the global RNG states afterwards, so a run with
-selection trains exactly the weights of a run without it.
+selection trains exactly the weights of a run without it. It samples in ``eval.sampler_dtype``, as the
+stage's evaluation does (a bf16 copy of the current weights, refreshed at every scoring).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from data_prep.schema import PromptRow
 from infra.backends import StageJob
 from infra.embedded import checkpointing as ckpt
 from infra.embedded.evaluate import eval_budget, row_environment, score_rows
+from infra.embedded.models import sampler_model
 from infra.embedded.runtime import derive_seed, read_rows
 from infra.layering import ConfigError
 
@@ -45,6 +47,7 @@ class ValidationSelector:
             if not self.rows[metric]:
                 raise ConfigError(f"{path}: validation set for {metric!r} is empty")
         self.selected_dir: Path = job.checkpoints_dir / ckpt.SELECTED
+        self._sampler: Any = None  # the bf16 copy that scores (eval.sampler_dtype)
 
     def is_due(self, step: int, total: int) -> bool:
         """True when rollout ``step`` (1-based) of ``total`` is scored."""
@@ -55,12 +58,15 @@ class ValidationSelector:
         rng = ckpt.rng_state()
         was_training = model.training
         model.eval()
+        sampler = sampler_model(model, self.cfg.sampler_dtype, self._sampler)
+        if sampler is not model:
+            self._sampler = sampler
         try:
             scores = []
             for metric, rows in self.rows.items():
                 env = row_environment(rows[0], stage_env, self.job.stage.config.reward)
                 value, _ = score_rows(
-                    model,
+                    sampler,
                     tokenizer,
                     rows,
                     self.job.stage.config.reward,

@@ -86,9 +86,10 @@ def _embedded_rows(
     manifest.step("rl_split", len(rows), rule="train tasks SFT never demonstrates (awm.rl_only)")
     rows, gold = _teacher_check(rows, release, manifest)
     if params.filter_samples:
+        rollout = ctx.stage.config.rl.rollout
         runner = agent_filters.CheckpointRunner(
             Path(ctx.tokenizer_dir), _env_of(rows), seed=seed, concurrency=8,
-            max_new_tokens=ctx.stage.config.rl.rollout.max_response_tokens,
+            max_new_tokens=rollout.max_response_tokens, dtype=rollout.sampler_dtype,
         )  # fmt: skip
 
         def teacher(tasks: list[Any], n: int) -> list[list[Any]]:  # the replays above, not played again
