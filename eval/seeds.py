@@ -56,7 +56,7 @@ class SeedRow:
         changes = [c for c in self.changes if c is not None]
         if len(changes) < 2:
             return None
-        if max(changes) == min(changes):  # no spread: the test is undefined, the sign decides
+        if max(changes) - min(changes) <= 1e-12:  # no spread (up to rounding): undefined, the sign decides
             return 0.0 if changes[0] > 0 else 1.0
         from scipy import stats  # imported here: the CLI loads this module, scipy is an extra
 

@@ -100,6 +100,8 @@ def test_verdict_is_a_one_sided_t_test():
     # ... but a mean below zero is "no rise", and no spread at all is decided by the sign.
     assert _target([-0.02, 0.01, -0.03]).verdict == "no rise"
     assert _target([0.05, 0.05]).p_value == 0.0 and _target([0.0, 0.0]).verdict == "no rise"
+    same = SeedRow("04_general_agent", "agent_task_success", "target", [79 / 96, 84 / 96], [83 / 96, 88 / 96])
+    assert same.changes[0] != same.changes[1] and same.p_value == 0.0  # equal but for float rounding
     assert _target([0.05]).verdict == "too few seeds"
     md = seed_markdown([three], [Path("a"), Path("b"), Path("c")])
     assert f"| {three.p_value:.3f} | within spread |" in md and "t-test" in md
