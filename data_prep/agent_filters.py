@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from data_prep.manifest import Manifest
 from infra.agents.contract import AgentTask, EnvironmentFailure, EpisodeLimits
+from infra.config import SamplerDtype
 from rewards.contract import RewardResult
 
 EpisodeRunner = Callable[[list[AgentTask], int], list[list[RewardResult]]]
@@ -243,7 +244,7 @@ class CheckpointRunner:
         concurrency: int = 4,
         max_context_tokens: int | None = None,
         device: str | None = None,
-        dtype: str = "float32",
+        dtype: SamplerDtype = "float32",
         backend: Any = None,
     ) -> None:
         self.model_dir, self.env_spec, self.backend = Path(model_dir), env_spec, backend
