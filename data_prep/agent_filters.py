@@ -257,13 +257,10 @@ class CheckpointRunner:
     def policy(self) -> Any:
         """Return the loaded :class:`~infra.environments.base.Policy` (loaded on first use)."""
         if self._policy is None:
-            import torch
-
-            from infra.embedded.models import load_model, load_tokenizer, pick_device
+            from infra.embedded.models import load_dtype, load_model, load_tokenizer, pick_device
             from infra.environments.base import Policy
 
-            dtype = None if self.dtype == "float32" else getattr(torch, self.dtype)
-            model = load_model(self.model_dir, pick_device(self.device), dtype).eval()
+            model = load_model(self.model_dir, pick_device(self.device), load_dtype(self.dtype)).eval()
             self._policy = Policy(model, load_tokenizer(self.model_dir), self.backend)
         return self._policy
 

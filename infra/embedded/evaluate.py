@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from data_prep.schema import PromptRow
 from infra.backends import StageJob
-from infra.embedded.models import load_model, load_tokenizer, pick_device
+from infra.embedded.models import load_dtype, load_model, load_tokenizer, pick_device
 from infra.embedded.runtime import derive_seed, read_rows, setup_determinism
 from infra.environments import SINGLE_TURN, Environment, Policy, Sampling, build_environment
 
@@ -128,7 +127,7 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
             f"{job.heldout_dir}: no held-out file for {missing} (expected <metric>.jsonl)"
         )
     setup_determinism(job.seed, job.extra.get("threads"))
-    dtype = None if cfg.eval.sampler_dtype == "float32" else getattr(torch, cfg.eval.sampler_dtype)
+    dtype = load_dtype(cfg.eval.sampler_dtype)
     model = load_model(checkpoint, pick_device(job.extra.get("device")), dtype=dtype).eval()
     tokenizer = load_tokenizer(checkpoint)
     stage_env = job.stage.environment() if cfg.rl is not None else None

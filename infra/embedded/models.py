@@ -184,6 +184,14 @@ def load_model(
     return model.to(device)
 
 
+def load_dtype(sampler_dtype: str) -> torch.dtype | None:
+    """The ``dtype`` to pass :func:`load_model` for a checkpoint that samples in ``sampler_dtype``.
+
+    ``None`` for float32 keeps :func:`load_model`'s device default (float32 on CPU, bf16 on CUDA).
+    """
+    return None if sampler_dtype == "float32" else getattr(torch, sampler_dtype)
+
+
 def sampler_model(model: PreTrainedModel, dtype: str, into: PreTrainedModel | None = None) -> PreTrainedModel:
     """Return the model that samples for ``model`` in ``dtype`` (``config.SamplerDtype``).
 

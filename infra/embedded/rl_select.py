@@ -47,7 +47,7 @@ class ValidationSelector:
             if not self.rows[metric]:
                 raise ConfigError(f"{path}: validation set for {metric!r} is empty")
         self.selected_dir: Path = job.checkpoints_dir / ckpt.SELECTED
-        self._sampler: Any = None  # the bf16 copy that scores (eval.sampler_dtype)
+        self._sampler: Any = None  # the model that scores (eval.sampler_dtype; a bf16 copy or the model)
 
     def is_due(self, step: int, total: int) -> bool:
         """True when rollout ``step`` (1-based) of ``total`` is scored."""
@@ -58,9 +58,7 @@ class ValidationSelector:
         rng = ckpt.rng_state()
         was_training = model.training
         model.eval()
-        sampler = sampler_model(model, self.cfg.sampler_dtype, self._sampler)
-        if sampler is not model:
-            self._sampler = sampler
+        self._sampler = sampler = sampler_model(model, self.cfg.sampler_dtype, self._sampler)
         try:
             scores = []
             for metric, rows in self.rows.items():
