@@ -3,7 +3,8 @@
 * reasoning tags: ``<think>…</think>`` inside assistant text moves to ``reasoning``; a missing opening tag
   (text before a lone ``</think>``) is treated as reasoning; an unterminated ``<think>`` marks the turn
   truncated; stray tags elsewhere are removed;
-* answer suffixes: ``<answer>…</answer>`` wrappers are unwrapped and trailing end-of-turn tokens of
+* answer suffixes: ``<answer>…</answer>`` wrappers are unwrapped (unless the source's target format is the
+  tag itself, e.g. the search agent's final answer: ``keep_answer_tags``) and trailing end-of-turn tokens of
   other chat formats (``<|im_end|>``, ``</s>``…) are cut;
 * system prompts: empty ones are dropped, generator control lines (e.g. ``detailed thinking on``) are
   removed, several leading system turns are merged;
@@ -64,7 +65,7 @@ def _strip_suffixes(text: str) -> str:
     return stripped
 
 
-def _repair_assistant(msg: Message, applied: list[str]) -> tuple[Message, bool]:
+def _repair_assistant(msg: Message, applied: list[str], keep_answer_tags: bool) -> tuple[Message, bool]:
     """Return the repaired assistant turn and whether it is truncated."""
     reasoning, content, problem = split_reasoning(msg.content)
     if problem == "truncated_reasoning":
@@ -79,7 +80,7 @@ def _repair_assistant(msg: Message, applied: list[str]) -> tuple[Message, bool]:
     cleaned = _strip_suffixes(content)
     if cleaned != content.rstrip():
         applied.append("end_token_suffix_removed")
-    answer = _ANSWER_RE.match(cleaned)
+    answer = None if keep_answer_tags else _ANSWER_RE.match(cleaned)
     if answer:
         cleaned = answer.group(1)
         applied.append("answer_tags_unwrapped")
@@ -92,9 +93,13 @@ def _clean_system(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
 
 
 def repair_conversation(
-    messages: Sequence[Message], system_prompt_patterns: Sequence[str] = ()
+    messages: Sequence[Message], system_prompt_patterns: Sequence[str] = (), keep_answer_tags: bool = False
 ) -> tuple[list[Message], list[str]]:
-    """Return repaired messages and the repairs applied; raise :class:`RowRejected` for unusable rows."""
+    """Return repaired messages and the repairs applied; raise :class:`RowRejected` for unusable rows.
+
+    ``keep_answer_tags`` leaves ``<answer>…</answer>`` replies as they are, for sources whose reward reads
+    the tag (an agent's committed final answer) rather than wrapping a plain reply in it.
+    """
     patterns = [re.compile(p, re.IGNORECASE) for p in system_prompt_patterns]
     applied: list[str] = []
     out: list[Message] = []
@@ -115,7 +120,7 @@ def repair_conversation(
                 raise RowRejected("system_after_dialogue", "a system turn appears after the dialogue started")
             out.append(msg.model_copy(update={"content": content}))
         elif msg.role == "assistant":
-            fixed, truncated = _repair_assistant(msg, applied)
+            fixed, truncated = _repair_assistant(msg, applied, keep_answer_tags)
             if truncated:
                 truncated_at = len(out)
                 break

@@ -39,7 +39,9 @@ def _examples(
         counts["rows_read"] += 1
         try:
             messages, tools = convert_row(row, spec.format)
-            messages, applied = repair_conversation(messages, spec.system_prompt_patterns)
+            messages, applied = repair_conversation(
+                messages, spec.system_prompt_patterns, spec.keep_answer_tags
+            )
         except (ConversionError, RowRejected) as exc:
             malformed.add(exc.reason, where, exc.detail[:120])
             continue

@@ -45,6 +45,7 @@ class SourceSpec:
     revision: str | None = None
     terms_note: str = ""
     system_prompt_patterns: tuple[str, ...] = ()
+    keep_answer_tags: bool = field(default=False, metadata={"doc": "the reply's <answer> tag is the target"})
     local_files: tuple[tuple[str, str], ...] = field(default=(), metadata={"doc": "(path, category) pairs"})
 
     def __post_init__(self) -> None:
@@ -71,6 +72,7 @@ class SourceSpec:
             "terms_note": self.terms_note,
             "upstream_generators": list(self.upstream_generators),
             "format": self.format,
+            "keep_answer_tags": self.keep_answer_tags,
             "local_files": [p for p, _ in self.local_files],
         }
 

@@ -97,6 +97,8 @@ def test_repairs_system_control_lines_truncation_and_suffixes():
     assert [m.role for m in out] == ["user", "assistant"]
     assert out[1].content == "A1" and out[1].reasoning == "r"
     assert {"empty_system_dropped", "answer_tags_unwrapped", "truncated_final_turn_cut"} <= set(applied)
+    kept, applied = repair_conversation(msgs[1:3], keep_answer_tags=True)
+    assert kept[1].content == "<answer>A1</answer>" and "answer_tags_unwrapped" not in applied
     with pytest.raises(RowRejected) as err:
         repair_conversation([Message(role="user", content="hello")])
     assert err.value.reason == "no_supervised_reply"

@@ -192,6 +192,8 @@ SOURCE_FILES: dict[str, tuple[str, str, Callable[[str, Any, int], dict]]] = {
     "search_agent": ("openai_search_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
     "workspace_agent": ("openai_workspace_agent", "openai", lambda rid, row, _: {**row, "id": rid}),
 }
+#: Families whose reward reads the ``<answer>`` tag itself: the SFT repairs must not unwrap it.
+ANSWER_TAG_FAMILIES = frozenset({"search_agent"})
 CATEGORY = {
     **FAMILY_CATEGORY,
     "calculator": "General Agent",
@@ -278,5 +280,6 @@ def write_embedded_sources(
         info[name] = {"format": fmt, "family": family, "rows": len(rows), "malformed_planted": planted}
         spec = local_source(path, name, fmt=fmt, category=CATEGORY[family])
         meta = {"license": GENERATED, "upstream_generators": ("data_prep.tiny_tasks",)}
-        specs.append(replace(spec, system_prompt_patterns=CONTROL_LINES, **meta))
+        keep = family in ANSWER_TAG_FAMILIES
+        specs.append(replace(spec, system_prompt_patterns=CONTROL_LINES, keep_answer_tags=keep, **meta))
     return specs, {"files": info, "malformed_planted": total, "heldout_prescreen": screen}
