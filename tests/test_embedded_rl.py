@@ -169,3 +169,36 @@ def test_shared_prompt_training_matches_whole_sequences(tmp_path, base):
     a, b, start = weights(whole.export_dir), weights(shared.export_dir), weights(base)
     assert max(float((a[k] - start[k]).abs().max()) for k in a) > 1e-3
     assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-4) for k in a)
+
+
+def test_update_autocast_runs_products_in_bf16_only_when_asked():
+    from infra.embedded.models import update_autocast
+
+    layer, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    with update_autocast(torch.device("cpu"), "float32"):
+        assert layer(x).dtype == torch.float32
+    with update_autocast(torch.device("cpu"), "bfloat16"):
+        assert layer(x).dtype == torch.bfloat16
+    assert layer.weight.dtype == torch.float32  # master weights untouched
+
+
+def test_bf16_update_stays_within_bf16_rounding_of_float32(tmp_path, base):
+    """``rollout.update_dtype: bfloat16``: a mixed-precision step, near the float32 one, float32 weights."""
+    exact, mixed = small_rl_job(tmp_path / "f32", base), small_rl_job(tmp_path / "bf16", base)
+    for job in (exact, mixed):
+        job.stage.config.rl.rollout.num_rollouts = 1
+        job.stage.config.rl.dynamic_sampling.filter = "none"
+        job.stage.config.rl.policy.mask_truncated = False
+    mixed.stage.config.rl.rollout.update_dtype = "bfloat16"
+    rl_mod.train_rl(exact)
+    rl_mod.train_rl(mixed)
+    m_exact, m_mixed = metrics_without_timing(exact.metrics_path), metrics_without_timing(mixed.metrics_path)
+    assert m_exact[0]["reward_mean"] == m_mixed[0]["reward_mean"]  # same rollout: sampling is float32
+    assert m_exact[0]["entropy"] != m_mixed[0]["entropy"]  # the forward did run in bf16
+    for key in ("loss", "grad_norm", "entropy"):
+        assert m_exact[0][key] == pytest.approx(m_mixed[0][key], rel=5e-2, abs=1e-3), key
+    a, b, start = weights(exact.export_dir), weights(mixed.export_dir), weights(base)
+    assert all(b[k].dtype == torch.float32 for k in b)
+    step_a = torch.cat([(a[k] - start[k]).flatten() for k in a])
+    step_b = torch.cat([(b[k] - start[k]).flatten() for k in a])
+    assert float(torch.nn.functional.cosine_similarity(step_a, step_b, dim=0)) > 0.9  # same direction

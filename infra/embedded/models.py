@@ -12,6 +12,7 @@ already carries the GLM markup tokens and a template of its own (a real GLM chec
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -190,6 +191,17 @@ def load_dtype(sampler_dtype: str) -> torch.dtype | None:
     ``None`` for float32 keeps :func:`load_model`'s device default (float32 on CPU, bf16 on CUDA).
     """
     return None if sampler_dtype == "float32" else getattr(torch, sampler_dtype)
+
+
+def update_autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
+    """The context the RL update's forwards run in for ``rl.rollout.update_dtype``.
+
+    ``float32`` is a no-op; otherwise autocast to ``dtype`` on ``device``'s type: matrix products run in
+    that dtype, parameters, gradients and the optimizer stay float32 (mixed precision, as Megatron's --bf16).
+    """
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=getattr(torch, dtype))
 
 
 def sampler_model(model: PreTrainedModel, dtype: str, into: PreTrainedModel | None = None) -> PreTrainedModel:

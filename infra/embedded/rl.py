@@ -33,7 +33,7 @@ from infra.backends import StageJob, TrainResult
 from infra.config import PolicyConfig, RLConfig, RolloutConfig
 from infra.embedded import checkpointing as ckpt
 from infra.embedded.metrics import MetricsLog
-from infra.embedded.models import load_model, load_tokenizer, pick_device, sampler_model
+from infra.embedded.models import load_model, load_tokenizer, pick_device, sampler_model, update_autocast
 from infra.embedded.optim import build_optimizer
 from infra.embedded.rl_select import ValidationSelector
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
@@ -173,11 +173,20 @@ class RLTrainer:
     def _logits(
         self, model: torch.nn.Module, items: list, mb: list[int], batch: TokenBatch, rc: RolloutConfig
     ) -> torch.Tensor:
-        """Logits predicting the response tokens of ``mb``, ``[B, T, V]`` (whole or per shared prompt)."""
-        if rc.shared_prompt_forward:
-            prompts, responses = [items[i][0] for i in mb], [items[i][1] for i in mb]
-            return shared_prompt_logits(model, prompts, responses, self.pad_id, rc.temperature, self.device)
-        return response_logits(model, batch, rc.temperature)
+        """Float32 logits predicting the response tokens of ``mb``, ``[B, T, V]`` (one pass or per prompt).
+
+        The forward runs in ``rc.update_dtype`` (autocast); the logits, and so every log-prob, loss and KL
+        term after them, are float32.
+        """
+        with update_autocast(self.device, rc.update_dtype):
+            if rc.shared_prompt_forward:
+                prompts, responses = [items[i][0] for i in mb], [items[i][1] for i in mb]
+                logits = shared_prompt_logits(
+                    model, prompts, responses, self.pad_id, rc.temperature, self.device
+                )
+            else:
+                logits = response_logits(model, batch, rc.temperature)
+        return logits.float()
 
     def _no_grad_logprobs(self, model: torch.nn.Module, items: list, rc: RolloutConfig) -> list[list[float]]:
         out: list[list[float]] = []
