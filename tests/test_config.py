@@ -382,3 +382,4 @@ def test_a_field_added_later_is_written_only_when_set_so_older_runs_keep_their_h
     sft = {"global_batch": 2, "epochs": 1, "max_seq_len": 64, "length_cap": 64, "eval_interval": 5}
     assert "lean_forward" not in SFTConfig.model_validate(sft).model_dump()
     assert SFTConfig.model_validate({**sft, "lean_forward": True}).model_dump()["lean_forward"] is True
+    assert "update_dtype" not in SFTConfig.model_validate(sft).model_dump()

@@ -80,3 +80,20 @@ def test_sft_resume_after_crash_is_identical(tmp_path, base, monkeypatch):
     assert metrics_without_timing(job.metrics_path) == metrics_without_timing(ref.metrics_path)
     a, b = weights(ref.export_dir), weights(job.export_dir)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bf16_sft_steps_track_float32_and_keep_float32_weights(tmp_path, base):
+    """``sft.update_dtype: bfloat16``: mixed-precision steps near the float32 ones, float32 weights."""
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        job = overfit_job(tmp_path / dtype, base)
+        job.stage.config.sft.epochs = 2
+        job.stage.config.sft.update_dtype = dtype
+        EmbeddedBackend().train(job)
+        rows = [json.loads(x) for x in job.metrics_path.read_text().splitlines()]
+        runs[dtype] = [r["loss"] for r in rows if "loss" in r], weights(job.export_dir)
+    l32, (l16, w16) = runs["float32"][0], runs["bfloat16"]
+    assert len(l32) == len(l16) > 1 and l32 != l16  # the bf16 forward did run
+    assert l16 == pytest.approx(l32, rel=2e-2)
+    assert l16[-1] < l16[0]  # and it trains
+    assert all(w.dtype == torch.float32 for w in w16.values())

@@ -29,7 +29,7 @@ from infra.backends import StageJob, TrainResult
 from infra.embedded import checkpointing as ckpt
 from infra.embedded.chat_format import render_with_loss_mask
 from infra.embedded.metrics import MetricsLog
-from infra.embedded.models import load_model, load_tokenizer, pick_device
+from infra.embedded.models import load_model, load_tokenizer, pick_device, update_autocast
 from infra.embedded.optim import build_optimizer
 from infra.embedded.runtime import derive_seed, progress, read_rows, setup_determinism
 from infra.plateau import observe_heldout
@@ -205,7 +205,8 @@ class SFTTrainer:
             for i in range(0, len(self.held), 8):
                 packs = [[j] for j in range(i, min(i + 8, len(self.held)))]
                 batch = collate(self.held, packs, self.tokenizer.pad_token_id, self.device)
-                s, n = token_nll_sum(self.model, batch, self.sft.lean_forward)
+                with update_autocast(self.device, self.sft.update_dtype):
+                    s, n = token_nll_sum(self.model, batch, self.sft.lean_forward)
                 total, count = total + float(s), count + n
         self.model.train()
         return total / max(count, 1.0)
@@ -219,7 +220,8 @@ class SFTTrainer:
             batch = collate(
                 self.train, packs[m : m + self.sft.micro_batch], self.tokenizer.pad_token_id, self.device
             )
-            s, _ = token_nll_sum(self.model, batch, self.sft.lean_forward)
+            with update_autocast(self.device, self.sft.update_dtype):
+                s, _ = token_nll_sum(self.model, batch, self.sft.lean_forward)
             (s / n_tok).backward()
             loss_sum += float(s.detach())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optimizer.clip_grad)
