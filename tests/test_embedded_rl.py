@@ -62,6 +62,16 @@ def small_rl_job(stage_dir: Path, base: Path, **extra):
     return job
 
 
+def one_update_jobs(tmp_path: Path, base: Path, *names: str) -> list:
+    """Toy RL jobs of one update on every group of one draw (sampling cannot diverge between them)."""
+    jobs = [small_rl_job(tmp_path / name, base) for name in names]
+    for job in jobs:
+        job.stage.config.rl.rollout.num_rollouts = 1
+        job.stage.config.rl.dynamic_sampling.filter = "none"
+        job.stage.config.rl.policy.mask_truncated = False  # the toy's responses all hit the budget
+    return jobs
+
+
 def test_rl_resume_after_crash_is_identical(tmp_path, base, monkeypatch):
     ref = small_rl_job(tmp_path / "ref", base, checkpoint_every=2)
     rl_mod.train_rl(ref)
@@ -133,11 +143,7 @@ def test_phases_override_rollout_and_policy(tmp_path, base):
 
 def test_micro_batched_training_matches_one_forward_per_step(tmp_path, base):
     """``rollout.train_micro_batch``: accumulated forwards give the same update as one, up to rounding."""
-    whole, split = small_rl_job(tmp_path / "whole", base), small_rl_job(tmp_path / "split", base)
-    for job in (whole, split):
-        job.stage.config.rl.rollout.num_rollouts = 1  # one update: sampling cannot diverge
-        job.stage.config.rl.dynamic_sampling.filter = "none"  # train on every group of that one draw
-        job.stage.config.rl.policy.mask_truncated = False  # the toy's responses all hit the budget
+    whole, split = one_update_jobs(tmp_path, base, "whole", "split")
     split.stage.config.rl.rollout.train_micro_batch = 3  # 16 episodes: 3+3+3+3+3+1
     rl_mod.train_rl(whole)
     rl_mod.train_rl(split)
@@ -153,11 +159,8 @@ def test_micro_batched_training_matches_one_forward_per_step(tmp_path, base):
 
 def test_shared_prompt_training_matches_whole_sequences(tmp_path, base):
     """``rollout.shared_prompt_forward``: one encoding of each group's prompt gives the same update."""
-    whole, shared = small_rl_job(tmp_path / "whole", base), small_rl_job(tmp_path / "shared", base)
+    whole, shared = one_update_jobs(tmp_path, base, "whole", "shared")
     for job in (whole, shared):
-        job.stage.config.rl.rollout.num_rollouts = 1
-        job.stage.config.rl.dynamic_sampling.filter = "none"
-        job.stage.config.rl.policy.mask_truncated = False
         job.stage.config.rl.rollout.train_micro_batch = 3  # micro-batches that cut across groups
     shared.stage.config.rl.rollout.shared_prompt_forward = True
     rl_mod.train_rl(whole)
@@ -184,11 +187,7 @@ def test_update_autocast_runs_products_in_bf16_only_when_asked():
 
 def test_bf16_update_stays_within_bf16_rounding_of_float32(tmp_path, base):
     """``rollout.update_dtype: bfloat16``: a mixed-precision step, near the float32 one, float32 weights."""
-    exact, mixed = small_rl_job(tmp_path / "f32", base), small_rl_job(tmp_path / "bf16", base)
-    for job in (exact, mixed):
-        job.stage.config.rl.rollout.num_rollouts = 1
-        job.stage.config.rl.dynamic_sampling.filter = "none"
-        job.stage.config.rl.policy.mask_truncated = False
+    exact, mixed = one_update_jobs(tmp_path, base, "f32", "bf16")
     mixed.stage.config.rl.rollout.update_dtype = "bfloat16"
     rl_mod.train_rl(exact)
     rl_mod.train_rl(mixed)
