@@ -150,8 +150,9 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         default="float32",
         description="Embedded: dtype of the update's matrix products (reference, old-log-prob and training "
         "forwards and the backward); bfloat16 = CPU/CUDA autocast over float32 master weights, optimizer "
-        "and loss (several times faster with AVX512-BF16/AMX). float32 reproduces earlier runs bit for "
-        "bit. Production: Megatron trains in bf16 with float32 master weights (--bf16).",
+        "and loss (1.4x a SmolLM2 group's update with AMX; benchmarks/bench_lean_forward.py). float32 "
+        "reproduces earlier runs bit for bit. Production: Megatron trains in bf16 with float32 master "
+        "weights (--bf16).",
     )
 
     @model_validator(mode="after")

@@ -194,7 +194,7 @@ def load_dtype(sampler_dtype: str) -> torch.dtype | None:
 
 
 def update_autocast(device: torch.device, dtype: str) -> contextlib.AbstractContextManager:
-    """The context the RL update's forwards run in for ``rl.rollout.update_dtype``.
+    """The context the trainers' forwards run in for ``rl.rollout.update_dtype`` / ``sft.update_dtype``.
 
     ``float32`` is a no-op; otherwise autocast to ``dtype`` on ``device``'s type: matrix products run in
     that dtype, parameters, gradients and the optimizer stay float32 (mixed precision, as Megatron's --bf16).
