@@ -91,7 +91,7 @@ def main() -> None:
     def rl_shared(dtype: str = "float32") -> float:
         def logits():
             with update_autocast(torch.device("cpu"), dtype):
-                return shared_prompt_logits(model, prompts, responses, tok.pad_token_id).float()
+                return shared_prompt_logits(model, prompts, responses, tok.pad_token_id)
 
         return rl(logits)
 

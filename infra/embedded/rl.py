@@ -175,18 +175,16 @@ class RLTrainer:
     ) -> torch.Tensor:
         """Float32 logits predicting the response tokens of ``mb``, ``[B, T, V]`` (one pass or per prompt).
 
-        The forward runs in ``rc.update_dtype`` (autocast); the logits, and so every log-prob, loss and KL
-        term after them, are float32.
+        The forward runs in ``rc.update_dtype`` (autocast); both logit functions return float32, so every
+        log-prob, loss and KL term after them is float32.
         """
         with update_autocast(self.device, rc.update_dtype):
             if rc.shared_prompt_forward:
                 prompts, responses = [items[i][0] for i in mb], [items[i][1] for i in mb]
-                logits = shared_prompt_logits(
+                return shared_prompt_logits(
                     model, prompts, responses, self.pad_id, rc.temperature, self.device
                 )
-            else:
-                logits = response_logits(model, batch, rc.temperature)
-        return logits.float()
+            return response_logits(model, batch, rc.temperature)
 
     def _no_grad_logprobs(self, model: torch.nn.Module, items: list, rc: RolloutConfig) -> list[list[float]]:
         out: list[list[float]] = []
