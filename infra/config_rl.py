@@ -18,6 +18,7 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
     _ADDED_LATER: ClassVar[tuple[str, ...]] = (
         "max_sampling_attempts",
         "train_micro_batch",
+        "train_max_tokens",
         "shared_prompt_forward",
         "sampler_dtype",
         "update_dtype",
@@ -45,6 +46,14 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         description="Embedded: episodes per training forward (gradient accumulation; the log-probability "
         "passes use the same split); None runs each optimizer step in one forward. A 49K-vocabulary base "
         "needs a few (production batches by token budget: parallelism.max_tokens_per_gpu).",
+    )
+    train_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Embedded: padded tokens per training forward (infra/embedded/micro_batching.py); "
+        "episodes fill micro-batches in order up to it (and up to train_micro_batch episodes), one longer "
+        "episode trains alone. Bounds the update's memory when episode lengths vary (agent stages). "
+        "Production: --use-dynamic-batch-size --max-tokens-per-gpu.",
     )
     shared_prompt_forward: bool = Field(
         default=False,

@@ -141,12 +141,30 @@ def test_phases_override_rollout_and_policy(tmp_path, base):
         cfg.phases = [{"shaping": {}}]
 
 
-def test_micro_batched_training_matches_one_forward_per_step(tmp_path, base):
-    """``rollout.train_micro_batch``: accumulated forwards give the same update as one, up to rounding."""
+@pytest.mark.parametrize("cap", ["episodes", "tokens"])
+def test_micro_batched_training_matches_one_forward_per_step(tmp_path, base, monkeypatch, cap):
+    """``train_micro_batch`` / ``train_max_tokens``: accumulated forwards give the same update as one."""
     whole, split = one_update_jobs(tmp_path, base, "whole", "split")
-    split.stage.config.rl.rollout.train_micro_batch = 3  # 16 episodes: 3+3+3+3+3+1
+    if cap == "episodes":
+        split.stage.config.rl.rollout.train_micro_batch = 3  # 16 episodes: 3+3+3+3+3+1
+    else:
+        split.stage.config.rl.rollout.train_max_tokens = 45  # a toy episode is ~20 padded tokens
+    seen: list[list[list[int]]] = []
+
+    def spy(idx, prompts, responses, **caps):
+        out = real(idx, prompts, responses, **caps)
+        seen.append([[len(prompts[i]) + len(responses[i]) for i in mb] for mb in out])
+        return out
+
+    real = rl_mod.micro_batches
+    monkeypatch.setattr(rl_mod, "micro_batches", spy)
     rl_mod.train_rl(whole)
+    assert all(len(split_) == 1 for split_ in seen)  # no cap: one forward
+    seen.clear()
     rl_mod.train_rl(split)
+    assert seen and all(len(split_) >= 3 for split_ in seen)
+    if cap == "tokens":  # whole-sequence forwards: episodes x the longest row
+        assert all(len(mb) * max(mb) <= 45 for split_ in seen for mb in split_), seen
     m_whole, m_split = metrics_without_timing(whole.metrics_path), metrics_without_timing(split.metrics_path)
     assert m_whole[0]["reward_mean"] == m_split[0]["reward_mean"]
     for key in ("loss", "grad_norm", "kl", "entropy"):  # a mis-weighted micro-batch changes these

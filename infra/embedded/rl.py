@@ -32,7 +32,9 @@ from data_prep.schema import PromptRow
 from infra.backends import StageJob, TrainResult
 from infra.config import PolicyConfig, RLConfig, RolloutConfig
 from infra.embedded import checkpointing as ckpt
+from infra.embedded.episode_tensors import env_token_mask, pad_floats, pad_top_k
 from infra.embedded.metrics import MetricsLog
+from infra.embedded.micro_batching import micro_batches
 from infra.embedded.models import load_model, load_tokenizer, pick_device, sampler_model, update_autocast
 from infra.embedded.optim import build_optimizer
 from infra.embedded.rl_select import ValidationSelector
@@ -188,7 +190,7 @@ class RLTrainer:
 
     def _no_grad_logprobs(self, model: torch.nn.Module, items: list, rc: RolloutConfig) -> list[list[float]]:
         out: list[list[float]] = []
-        for mb in self._micro_batches(list(range(len(items)))):
+        for mb in self._micro_batches(items, list(range(len(items))), rc):
             batch = self._batch(items, mb)
             with torch.no_grad():
                 lp = logprobs_from_logits(self._logits(model, items, mb, batch, rc), batch.response_ids)
@@ -220,32 +222,22 @@ class RLTrainer:
             return None
         k = phase.policy.score_centering_top_k
         out: list[tuple[torch.Tensor, ...]] = []
-        for mb in self._micro_batches(list(range(len(items)))):
+        for mb in self._micro_batches(items, list(range(len(items))), phase.rollout):
             batch = self._batch(items, mb)
             with torch.no_grad():
                 ids, lps = sampler_top_k(self._logits(self.model, items, mb, batch, phase.rollout), int(k))
             out += [(ids[j, : len(items[i][1])], lps[j, : len(items[i][1])]) for j, i in enumerate(mb)]
         return out
 
-    def _pad_top(self, rows: list[tuple[torch.Tensor, ...]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stack per-item top-k rows to ``[B, width, k]``; padding: id 0, log-prob ``-inf`` (weight 0)."""
-        k = rows[0][0].shape[-1]
-        ids = torch.zeros(len(rows), width, k, dtype=torch.long, device=self.device)
-        lps = torch.full((len(rows), width, k), -torch.inf, dtype=torch.float32, device=self.device)
-        for j, (row_ids, row_lps) in enumerate(rows):
-            n = row_ids.shape[0]
-            ids[j, :n], lps[j, :n] = row_ids, row_lps
-        return ids, lps
-
-    def _micro_batches(self, idx: list[int]) -> list[list[int]]:
-        size = self.job.extra.get("micro_batch") or self.cfg.rl.rollout.train_micro_batch or len(idx) or 1
-        size = int(size)
-        return [idx[i : i + size] for i in range(0, len(idx), size)]
-
-    def _pad(self, rows: list[list[float]]) -> torch.Tensor:
-        width = max(max(len(r) for r in rows), 1)
-        return torch.tensor(
-            [r + [0.0] * (width - len(r)) for r in rows], dtype=torch.float32, device=self.device
+    def _micro_batches(self, items: list, idx: list[int], rc: RolloutConfig) -> list[list[int]]:
+        size = self.job.extra.get("micro_batch") or rc.train_micro_batch
+        return micro_batches(
+            idx,
+            [it[0] for it in items],
+            [it[1] for it in items],
+            max_episodes=None if size is None else int(size),
+            max_tokens=rc.train_max_tokens,
+            shared_prompt=rc.shared_prompt_forward,
         )
 
     def update(self, groups: list[Group], phase: Phase) -> dict[str, float]:
@@ -266,7 +258,7 @@ class RLTrainer:
         sums: dict[str, float] = {}
         for chunk in chunks:
             total_tokens = sum(_trained(items[i]) for i in chunk)
-            for mb in self._micro_batches(chunk):
+            for mb in self._micro_batches(items, chunk, rc):
                 weight = len(mb) / len(chunk)
                 if pc.loss_reduction == "token":
                     weight = sum(_trained(items[i]) for i in mb) / max(total_tokens, 1)
@@ -282,15 +274,6 @@ class RLTrainer:
         sums["advantage_abs_mean"] = float(np.mean([abs(it[3]) for it in items])) if items else 0.0
         return sums
 
-    def _loss_mask(self, response_mask: torch.Tensor, masks: list[list[int] | None]) -> torch.Tensor:
-        """Zero the positions of environment tokens (tool results, user turns) in the response mask."""
-        if all(m is None for m in masks):
-            return response_mask
-        rows = [m if m is not None else [1] * response_mask.shape[1] for m in masks]
-        width = response_mask.shape[1]
-        env = torch.tensor([(r + [0] * width)[:width] for r in rows], device=self.device)
-        return response_mask * env.to(response_mask.dtype)
-
     def _micro_step(
         self, items, mb, old_all, ref_all, phase: Phase, weight: float, top_all=None
     ) -> dict[str, float]:
@@ -298,18 +281,18 @@ class RLTrainer:
         batch = self._batch(items, mb)
         logits = self._logits(self.model, items, mb, batch, phase.rollout)
         logprobs = logprobs_from_logits(logits, batch.response_ids)
-        mask = response_mask = self._loss_mask(batch.response_mask, [items[i][5] for i in mb])
+        mask = response_mask = env_token_mask(batch.response_mask, [items[i][5] for i in mb])
         if pc.mask_truncated:
             mask = mask_truncated(mask, torch.tensor([items[i][4] for i in mb], device=self.device))
-        old = logprobs.detach() if old_all is None else self._pad([old_all[i] for i in mb])
-        rollout_lp = self._pad([items[i][2] for i in mb]) if pc.use_tis else None
+        old = logprobs.detach() if old_all is None else pad_floats([old_all[i] for i in mb], self.device)
+        rollout_lp = pad_floats([items[i][2] for i in mb], self.device) if pc.use_tis else None
         adv = torch.tensor([items[i][3] for i in mb], dtype=torch.float32, device=self.device)
         centering: dict[str, torch.Tensor] = {}
         if pc.score_centering_top_k is not None:
             if top_all is None:
                 top_ids, top_lp = sampler_top_k(logits, pc.score_centering_top_k)
             else:
-                top_ids, top_lp = self._pad_top([top_all[i] for i in mb], logprobs.shape[1])
+                top_ids, top_lp = pad_top_k([top_all[i] for i in mb], logprobs.shape[1], self.device)
             centering = {
                 "sampler_top_logprobs": top_lp,
                 "candidate_logprobs": candidate_logprobs_from_logits(logits, top_ids),
@@ -337,7 +320,7 @@ class RLTrainer:
                 entropy = entropy_from_logits(logits.detach(), response_mask)
         metrics["entropy"] = float(entropy.detach())
         if ref_all is not None:
-            kl = kl_k3(logprobs, self._pad([ref_all[i] for i in mb]), mask)
+            kl = kl_k3(logprobs, pad_floats([ref_all[i] for i in mb], self.device), mask)
             metrics["kl"] = float(kl.detach())
             if pc.kl_coef > 0:
                 loss = loss + pc.kl_coef * kl
