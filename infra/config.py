@@ -143,6 +143,7 @@ class EvalConfig(OmitLaterDefaults, StrictModel):
         "validation_targets",
         "validation_split",
         "sampler_dtype",
+        "drop_finished_rows",
     )
 
     targets: list[str] = Field(description="Metrics the stage must raise.")
@@ -156,6 +157,9 @@ class EvalConfig(OmitLaterDefaults, StrictModel):
     sampler_dtype: SamplerDtype = Field(
         default="float32",
         description="Embedded: the dtype the evaluated checkpoints sample in (rl.rollout.sampler_dtype).",
+    )
+    drop_finished_rows: bool = Field(
+        default=False, description="Embedded, multi-turn: as rl.rollout.drop_finished_rows, when scoring."
     )
     select_by: Literal["last", "validation"] = Field(
         default="last",

@@ -218,15 +218,20 @@ def embedded_backend(model: Any, tokenizer: PreTrainedTokenizerBase) -> Backend:
     return backend
 
 
-def embedded_batch_backend(model: Any, tokenizer: PreTrainedTokenizerBase) -> BatchBackend:
-    """Return a batch backend for :class:`~infra.agents.lockstep.LockstepBatcher` over an HF causal LM."""
+def embedded_batch_backend(
+    model: Any, tokenizer: PreTrainedTokenizerBase, drop_finished: bool = False
+) -> BatchBackend:
+    """Return a batch backend for :class:`~infra.agents.lockstep.LockstepBatcher` over an HF causal LM.
+
+    ``drop_finished``: :func:`~infra.embedded.generation.generate_rows` drops a row once it stops.
+    """
     from infra.embedded.generation import generate_rows
     from infra.embedded.prefix_cache import PrefixKVCache
 
     cache = PrefixKVCache()  # one set of weights: the rollout that built this backend drops it after
 
     def run(rows: list[Any], **kw: Any) -> list[Generation]:
-        return generate_rows(model, tokenizer, rows, prefix_cache=cache, **kw)
+        return generate_rows(model, tokenizer, rows, prefix_cache=cache, drop_finished=drop_finished, **kw)
 
     return run
 

@@ -37,6 +37,7 @@ def score_rows(
     seed: int = 0,
     batch_size: int | None = 64,
     environment: Environment | None = None,
+    drop_finished: bool = False,
 ) -> tuple[float, dict[str, float]]:
     """Return (avg@k score, details) of ``model`` on ``rows`` rolled out in ``environment``.
 
@@ -46,7 +47,11 @@ def score_rows(
         raise ValueError("score_rows: no held-out rows to score")
     env = environment or build_environment(SINGLE_TURN, reward=reward_name)
     sampling = Sampling(
-        max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, batch_size=batch_size
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+        batch_size=batch_size,
+        drop_finished=drop_finished,
     )
     groups = env.rollout(Policy(model, tokenizer), rows, samples_per_prompt, sampling)
     per_prompt, aborted, truncated = [], 0, 0
@@ -145,5 +150,6 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
             max_new_tokens=eval_budget(job),
             seed=derive_seed(job.seed, zlib.crc32(metric.encode())),
             environment=env,
+            drop_finished=cfg.eval.drop_finished_rows,
         )
     return out

@@ -73,6 +73,7 @@ class ValidationSelector:
                     max_new_tokens=eval_budget(self.job),
                     seed=derive_seed(self.job.seed, zlib.crc32(f"validation:{metric}".encode())),
                     environment=env,
+                    drop_finished=self.cfg.drop_finished_rows,
                 )
                 scores.append(value)
         finally:

@@ -89,7 +89,7 @@ class Policy:
 
 @dataclass(frozen=True)
 class Sampling:
-    """How to sample one rollout: budget per model call, temperature, nucleus, seed and batch size."""
+    """How to sample one rollout: budget per model call, temperature, nucleus, seed and batching."""
 
     max_new_tokens: int
     temperature: float
@@ -97,6 +97,7 @@ class Sampling:
     top_p: float = 1.0
     batch_size: int | None = None
     max_context_tokens: int | None = None
+    drop_finished: bool = False  # multi-turn: a lockstep batch drops a row once it stops (generate_rows)
 
 
 class NoOptions(BaseModel):

