@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("RUFUS_NO_PROGRESS", "1")
 
@@ -41,17 +39,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
-    import torch
+    from base_model import load_base
 
     from infra.embedded import generation
-    from infra.embedded.models import load_model, load_tokenizer, materialize, sampler_model
+    from infra.embedded.models import sampler_model
     from infra.embedded.prefix_cache import PrefixKVCache
 
-    torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = materialize(args.model, Path(tmp) / "base")
-        model = sampler_model(load_model(folder).eval(), args.dtype)
-        tok = load_tokenizer(folder)
+    fp32, tok = load_base(args.model, args.threads)
+    model = sampler_model(fp32, args.dtype)
     rng = random.Random(0)
     vocab = int(model.config.vocab_size)
     transcripts = [[rng.randrange(vocab) for _ in range(args.context)] for _ in range(args.rows)]

@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import tempfile
 import time
-from pathlib import Path
 
 os.environ.setdefault("RUFUS_NO_PROGRESS", "1")
 
@@ -40,16 +38,13 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
+    from base_model import load_base
 
     from infra.embedded import generation
-    from infra.embedded.models import load_model, load_tokenizer, materialize, sampler_model
+    from infra.embedded.models import sampler_model
     from infra.embedded.prefix_cache import PrefixKVCache
 
-    torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = materialize(args.model, Path(tmp) / "base")
-        fp32 = load_model(folder).eval()
-        tok = load_tokenizer(folder)
+    fp32, tok = load_base(args.model, args.threads)
     bf16 = sampler_model(fp32, "bfloat16")
     rng = random.Random(0)
     vocab = int(fp32.config.vocab_size)
