@@ -13,7 +13,7 @@ sides' log-probs of the same tokens are apart (other batch shapes, other float r
 ``drop_finished`` of :func:`~infra.embedded.generation.generate_rows` (``rl.rollout.drop_finished_rows``).
 Run: ``python benchmarks/bench_drop_finished.py [--model smollm2-135m|micro] [--dtype bfloat16]
 [--threads 1]``.
-Last measured: see the README's "Where the time goes" list ("Dropping finished rows").
+Last measured: the top README, "Dropping finished rows, opt-in" (under "Measured at tiny scale").
 """
 
 from __future__ import annotations
