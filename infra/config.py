@@ -144,6 +144,7 @@ class EvalConfig(OmitLaterDefaults, StrictModel):
         "validation_split",
         "sampler_dtype",
         "drop_finished_rows",
+        "eager_decode",
     )
 
     targets: list[str] = Field(description="Metrics the stage must raise.")
@@ -160,6 +161,9 @@ class EvalConfig(OmitLaterDefaults, StrictModel):
     )
     drop_finished_rows: bool = Field(
         default=False, description="Embedded, multi-turn: as rl.rollout.drop_finished_rows, when scoring."
+    )
+    eager_decode: bool = Field(
+        default=False, description="Embedded, multi-turn: as rl.rollout.eager_decode, when scoring."
     )
     select_by: Literal["last", "validation"] = Field(
         default="last",

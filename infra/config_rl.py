@@ -23,6 +23,7 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         "sampler_dtype",
         "update_dtype",
         "drop_finished_rows",
+        "eager_decode",
     )
 
     prompts_per_step: int = Field(description="Prompts per rollout (slime --rollout-batch-size).")
@@ -82,6 +83,13 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         "padding it until the longest row ends (1.4-1.5x a skewed 16-row SmolLM2 call). Smaller batches run "
         "other kernels, so log-probs move at float rounding: off by default, earlier measured runs "
         "reproduce bit for bit. Production: SGLang frees finished requests (continuous batching).",
+    )
+    eager_decode: bool = Field(
+        default=False,
+        description="Embedded, multi-turn: agent sampling's one-token decoding forwards use transformers' "
+        "eager attention instead of SDPA, whose CPU flash kernel is slow at one query token (1.9x a 16-row "
+        "SmolLM2 decode step at 1.2K tokens of context). Other rounding: off by default, earlier measured "
+        "runs reproduce bit for bit. Production: SGLang's own decode kernels.",
     )
 
     @model_validator(mode="after")

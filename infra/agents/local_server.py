@@ -219,11 +219,11 @@ def embedded_backend(model: Any, tokenizer: PreTrainedTokenizerBase) -> Backend:
 
 
 def embedded_batch_backend(
-    model: Any, tokenizer: PreTrainedTokenizerBase, drop_finished: bool = False
+    model: Any, tokenizer: PreTrainedTokenizerBase, drop_finished: bool = False, eager_decode: bool = False
 ) -> BatchBackend:
     """Return a batch backend for :class:`~infra.agents.lockstep.LockstepBatcher` over an HF causal LM.
 
-    ``drop_finished``: :func:`~infra.embedded.generation.generate_rows` drops a row once it stops.
+    ``drop_finished`` and ``eager_decode`` are :func:`~infra.embedded.generation.generate_rows`'s.
     """
     from infra.embedded.generation import generate_rows
     from infra.embedded.prefix_cache import PrefixKVCache
@@ -231,7 +231,8 @@ def embedded_batch_backend(
     cache = PrefixKVCache()  # one set of weights: the rollout that built this backend drops it after
 
     def run(rows: list[Any], **kw: Any) -> list[Generation]:
-        return generate_rows(model, tokenizer, rows, prefix_cache=cache, drop_finished=drop_finished, **kw)
+        lean = {"drop_finished": drop_finished, "eager_decode": eager_decode}
+        return generate_rows(model, tokenizer, rows, prefix_cache=cache, **lean, **kw)
 
     return run
 

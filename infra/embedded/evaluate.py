@@ -38,6 +38,7 @@ def score_rows(
     batch_size: int | None = 64,
     environment: Environment | None = None,
     drop_finished: bool = False,
+    eager_decode: bool = False,
 ) -> tuple[float, dict[str, float]]:
     """Return (avg@k score, details) of ``model`` on ``rows`` rolled out in ``environment``.
 
@@ -52,6 +53,7 @@ def score_rows(
         seed=seed,
         batch_size=batch_size,
         drop_finished=drop_finished,
+        eager_decode=eager_decode,
     )
     groups = env.rollout(Policy(model, tokenizer), rows, samples_per_prompt, sampling)
     per_prompt, aborted, truncated = [], 0, 0
@@ -151,5 +153,6 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
             seed=derive_seed(job.seed, zlib.crc32(metric.encode())),
             environment=env,
             drop_finished=cfg.eval.drop_finished_rows,
+            eager_decode=cfg.eval.eager_decode,
         )
     return out

@@ -165,6 +165,7 @@ class RLTrainer:
             batch_size=self.job.extra.get("rollout_batch_size"),
             max_context_tokens=rc.max_context_tokens,
             drop_finished=rc.drop_finished_rows,
+            eager_decode=rc.eager_decode,
         )
         self._sampler = sampler_model(self.model, rc.sampler_dtype, self._sampler)  # synced to this step
         return self.env.rollout(Policy(self._sampler, self.tokenizer), rows, rc.samples_per_prompt, sampling)

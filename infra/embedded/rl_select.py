@@ -74,6 +74,7 @@ class ValidationSelector:
                     seed=derive_seed(self.job.seed, zlib.crc32(f"validation:{metric}".encode())),
                     environment=env,
                     drop_finished=self.cfg.drop_finished_rows,
+                    eager_decode=self.cfg.eager_decode,
                 )
                 scores.append(value)
         finally:

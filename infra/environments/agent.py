@@ -170,7 +170,9 @@ class AgentToolEnvironment(Environment):
         slots = self.worker_slots(len(tasks) * n)
         # The trained model is served in lockstep batches (one per round of the workers' requests); a
         # test's scripted backend is called one request at a time.
-        batch = None if policy.backend else embedded_batch_backend(policy.model, tok, sampling.drop_finished)
+        batch = None
+        if not policy.backend:
+            batch = embedded_batch_backend(policy.model, tok, sampling.drop_finished, sampling.eager_decode)
         batcher = LockstepBatcher(batch, slots) if batch else None
         server = GenerateServer(backend, tok, max_context_tokens=context, batcher=batcher)
         with server, quiet_episode_logs():

@@ -98,6 +98,7 @@ class Sampling:
     batch_size: int | None = None
     max_context_tokens: int | None = None
     drop_finished: bool = False  # multi-turn: a lockstep batch drops a row once it stops (generate_rows)
+    eager_decode: bool = False  # multi-turn: decoding forwards use eager attention (generate_rows)
 
 
 class NoOptions(BaseModel):

@@ -1,4 +1,4 @@
-"""Benchmark: a lockstep sampling batch that drops its finished rows against one that pads them.
+"""Benchmark: agent sampling's opt-in decode speed-ups against a batch that pads finished rows in SDPA.
 
 The agent server's sampling call (:func:`infra.embedded.generation.generate_rows` with its prefix cache)
 on an agent-shaped round: ``--rows`` episodes, each with its own ``--context``-token transcript already in
@@ -6,14 +6,17 @@ the prefix cache (as after its previous turn), plus a 20-token new tool result. 
 tool call (``--short`` tokens, a spread of ±50%); every ``--long-every``-th row writes a long turn
 (``--long`` tokens: a deliverable, a script). Budgets end the rows (no stop token), so both sides decode
 exactly the same tokens per row. The padded side feeds finished rows padding until the longest row ends;
-the dropped side takes them out of the batch. Each side runs once to warm up, then ``--reps`` times; the
-best time is kept. Printed: seconds and decoded tokens/s per side, their ratio, and how far the two
-sides' log-probs of the same tokens are apart (other batch shapes, other float rounding).
+the dropped side takes them out of the batch (``drop_finished`` of
+:func:`~infra.embedded.generation.generate_rows`, ``rl.rollout.drop_finished_rows``); the third side also
+decodes in eager attention (``eager_decode``, ``rl.rollout.eager_decode``). Each side runs once to warm
+up, then ``--reps`` times; the best time is kept. Printed: seconds and decoded tokens/s per side, the
+ratios to the padded side, and how far each side's log-probs of the same tokens are from the padded side's
+(other batch shapes or attention arithmetic, other float rounding).
 
-``drop_finished`` of :func:`~infra.embedded.generation.generate_rows` (``rl.rollout.drop_finished_rows``).
-Run: ``python benchmarks/bench_drop_finished.py [--model smollm2-135m|micro] [--dtype bfloat16]
+Run: ``python benchmarks/bench_agent_decode.py [--model smollm2-135m|micro] [--dtype bfloat16]
 [--threads 1]``.
-Last measured: the top README, "Dropping finished rows, opt-in" (under "Measured at tiny scale").
+Last measured: the top README, "Dropping finished rows and eager decoding, opt-in" (under "Measured at
+tiny scale").
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def main() -> None:
         for i, (t, b) in enumerate(zip(transcripts, budgets, strict=True))
     ]
 
-    def timed(drop: bool) -> tuple[float, list]:
+    def timed(drop: bool, eager: bool) -> tuple[float, list]:
         def call() -> list:
             cache = PrefixKVCache(max_tokens=10 * args.rows * args.context)
             primer = [generation.RowRequest(ids=t, max_new_tokens=1, seed=0) for t in transcripts]
@@ -67,7 +70,7 @@ def main() -> None:
                 generation.generate_rows(model, tok, [row], temperature=1.0, prefix_cache=cache)
             t0 = time.perf_counter()
             out = generation.generate_rows(
-                model, tok, rows, temperature=1.0, prefix_cache=cache, drop_finished=drop
+                model, tok, rows, temperature=1.0, prefix_cache=cache, drop_finished=drop, eager_decode=eager
             )
             return [time.perf_counter() - t0, out]
 
@@ -75,28 +78,31 @@ def main() -> None:
         runs = [call() for _ in range(args.reps)]
         return min(r[0] for r in runs), runs[0][1]
 
-    padded_s, padded = timed(False)
-    dropped_s, dropped = timed(True)
+    sides = {
+        "padded": timed(False, False),
+        "dropped": timed(True, False),
+        "dropped+eager": timed(True, True),
+    }
     tokens = sum(budgets)
     print(
         f"{args.model} ({args.dtype}), {args.rows} rows of {args.context} cached tokens + 20, turns of "
         f"{min(budgets)}-{max(budgets)} tokens ({tokens} in all), {args.threads} thread(s), "
         f"best of {args.reps}"
     )
-    for name, seconds in (("padded", padded_s), ("dropped", dropped_s)):
-        print(f"{name:>8}: {seconds:6.2f} s, {tokens / seconds:7.1f} decoded tokens/s")
-    print(f"dropped / padded: {padded_s / dropped_s:.2f}x")
-    same = sum(a.token_ids == b.token_ids for a, b in zip(padded, dropped, strict=True))
-    gaps = [
-        abs(x - y)
-        for a, b in zip(padded, dropped, strict=True)
-        if a.token_ids == b.token_ids
-        for x, y in zip(a.logprobs, b.logprobs, strict=True)
-    ]
-    print(
-        f"rows with identical samples: {same} of {len(rows)}; their log-prob gap: mean "
-        f"{sum(gaps) / max(len(gaps), 1):.2e}, max {max(gaps, default=0.0):.2e}"
-    )
+    base_s, base = sides["padded"]
+    for name, (seconds, out) in sides.items():
+        same = sum(a.token_ids == b.token_ids for a, b in zip(base, out, strict=True))
+        gaps = [
+            abs(x - y)
+            for a, b in zip(base, out, strict=True)
+            if a.token_ids == b.token_ids
+            for x, y in zip(a.logprobs, b.logprobs, strict=True)
+        ]
+        print(
+            f"{name:>14}: {seconds:6.2f} s, {tokens / seconds:6.1f} decoded tokens/s, "
+            f"{base_s / seconds:.2f}x; "
+            f"rows sampled as padded: {same} of {len(rows)}, log-prob gap max {max(gaps, default=0.0):.2e}"
+        )
 
 
 if __name__ == "__main__":

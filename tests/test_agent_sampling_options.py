@@ -1,4 +1,5 @@
-"""``drop_finished_rows``: a lockstep sampling batch drops a row once it stops, changing no sample.
+"""Opt-in speed-ups of agent sampling: ``drop_finished_rows`` (a lockstep batch drops a row once it stops)
+and ``eager_decode`` (decoding forwards in eager attention); neither changes a sample beyond float rounding.
 
 The model, sampler, prefix cache, agent loop, local ``/generate`` server and trainer are real (the micro
 model). The agent rollout below is sampled by that model, not a scripted backend.
@@ -33,20 +34,19 @@ def micro():
     return model.eval(), tok
 
 
-def _decode_batch_sizes(model, monkeypatch) -> list[int]:
-    """Record the batch size of every one-token (decoding) forward of ``model``."""
-    sizes: list[int] = []
+def _forwards(model, monkeypatch) -> list[tuple[int, int, str]]:
+    """Record ``(rows, tokens, attention implementation)`` of every forward of ``model``."""
+    calls: list[tuple[int, int, str]] = []
     real = model.forward
 
     @functools.wraps(real)  # keeps forward's signature, which the sampler reads for its cache keyword
     def spy(*args, **kwargs):
-        ids = kwargs.get("input_ids")
-        if ids is not None and ids.shape[1] == 1:
-            sizes.append(int(ids.shape[0]))
+        ids = kwargs["input_ids"]
+        calls.append((int(ids.shape[0]), int(ids.shape[1]), model.config._attn_implementation))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(model, "forward", spy)
-    return sizes
+    return calls
 
 
 def test_dropping_finished_rows_shrinks_the_batch_and_keeps_every_sample(micro, monkeypatch):
@@ -68,10 +68,12 @@ def test_dropping_finished_rows_shrinks_the_batch_and_keeps_every_sample(micro, 
             ids = [p + x.token_ids + [5, 6] for p, x in zip(ids, gens, strict=True)]
         return out, cache
 
-    sizes = _decode_batch_sizes(model, monkeypatch)
+    calls = _forwards(model, monkeypatch)
     padded, padded_cache = turns(False)
-    padded_sizes, sizes[:] = list(sizes), []
+    padded_sizes = [rows for rows, tokens, _ in calls if tokens == 1]
+    calls.clear()
     dropped, dropped_cache = turns(True)
+    sizes = [rows for rows, tokens, _ in calls if tokens == 1]
     assert set(padded_sizes) == {5}  # the padded batch decodes every row until the longest ends
     assert min(sizes) < 5 and len(sizes) == len(padded_sizes)  # rows left as they stopped
     reasons = {x.finish_reason for gens in dropped for x in gens}
@@ -90,38 +92,69 @@ def test_dropping_finished_rows_shrinks_the_batch_and_keeps_every_sample(micro, 
             assert torch.allclose(ak, bk, atol=1e-5) and torch.allclose(av, bv, atol=1e-5)
 
 
+def test_eager_decode_decodes_in_eager_attention_and_gives_the_model_back(micro, monkeypatch):
+    model, tok = micro
+    g = random.Random(1)
+    rows = [RowRequest([g.randrange(len(tok)) for _ in range(n)], 12, seed=n) for n in (30, 55, 8)]
+    cache = PrefixKVCache()
+    generate_rows(model, tok, rows, temperature=1.0, prefix_cache=cache)  # the next calls prefill from it
+    assert model.config._attn_implementation == "sdpa"
+    calls = _forwards(model, monkeypatch)
+    plain = generate_rows(model, tok, rows, temperature=1.0, top_k=3)
+    assert {impl for *_, impl in calls} == {"sdpa"}
+    calls.clear()
+    eager = generate_rows(model, tok, rows, temperature=1.0, top_k=3, eager_decode=True)
+    assert [impl for _, tokens, impl in calls if tokens > 1] == ["sdpa"]  # the prefill keeps the model's
+    assert {impl for _, tokens, impl in calls if tokens == 1} == {"eager"} and len(calls) == 12
+    assert model.config._attn_implementation == "sdpa"  # restored
+    for a, b in zip(plain, eager, strict=True):
+        assert a.token_ids == b.token_ids and a.top_ids == b.top_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)  # the same function, other rounding
+    calls.clear()
+    cached = generate_rows(model, tok, rows, temperature=1.0, prefix_cache=cache, eager_decode=True)
+    assert [g.token_ids for g in cached] == [g.token_ids for g in eager]
+    # one prefill per row past its cached prefix (here one token each), then the batch decodes
+    assert [impl for *_, impl in calls] == ["sdpa"] * 3 + ["eager"] * 11
+    assert model.config._attn_implementation == "sdpa"
+
+
+OPTIONS = [("drop_finished", "drop_finished_rows"), ("eager_decode", "eager_decode")]
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     return micro_base(tmp_path_factory.mktemp("drop"))
 
 
-def test_an_agent_rollout_hands_the_setting_to_its_lockstep_batches(base, monkeypatch):
+@pytest.mark.parametrize("option", [sampling for sampling, _ in OPTIONS])
+def test_an_agent_rollout_hands_the_setting_to_its_lockstep_batches(base, monkeypatch, option):
     env = build_environment("agent", {"env": "calculator", "concurrency": 2}, reward="agent_calculator")
     policy = Policy(load_model(base, "cpu"), load_tokenizer(base))
     seen: list[bool] = []
     real = generation.generate_rows
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["drop_finished"])
+        seen.append(kwargs[option])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(generation, "generate_rows", spy)
-    for drop in (True, False):
-        groups = env.rollout(policy, env.task_rows(2, seed=3), 2, Sampling(24, 1.0, 1, drop_finished=drop))
+    for on in (True, False):
+        groups = env.rollout(policy, env.task_rows(2, seed=3), 2, Sampling(24, 1.0, 1, **{option: on}))
         assert [len(g.samples) for g in groups] == [2, 2]
-        assert seen and set(seen) == {drop}
+        assert seen and set(seen) == {on}
         seen.clear()
 
 
-def test_the_trainer_and_the_evaluations_pass_their_setting(tmp_path, base, monkeypatch):
+@pytest.mark.parametrize("option,field", OPTIONS)
+def test_the_trainer_and_the_evaluations_pass_their_setting(tmp_path, base, monkeypatch, option, field):
     job = toy_job("toy_rl", tmp_path / "run", base)
     job.stage.config.rl.rollout.num_rollouts = 1
     job.stage.config.rl.dynamic_sampling.filter = "none"
-    job.stage.config.rl.rollout.drop_finished_rows = True
+    setattr(job.stage.config.rl.rollout, field, True)
     made: list[bool] = []
 
     def sampling(*args, **kwargs):
-        made.append(kwargs.get("drop_finished", False))
+        made.append(kwargs.get(option, False))
         return Sampling(*args, **kwargs)
 
     monkeypatch.setattr(rl_mod, "Sampling", sampling)
@@ -130,18 +163,19 @@ def test_the_trainer_and_the_evaluations_pass_their_setting(tmp_path, base, monk
     assert made and set(made) == {True}
     made.clear()
     eval_mod.evaluate_stage(job, base)
-    assert made and set(made) == {False}  # eval.drop_finished_rows is its own setting
-    job.stage.config.eval.drop_finished_rows = True
+    assert made and set(made) == {False}  # the eval section's is its own setting
+    setattr(job.stage.config.eval, field, True)
     made.clear()
     eval_mod.evaluate_stage(job, base)
     assert made and set(made) == {True}
 
 
-def test_the_setting_is_left_out_of_older_configs():
+@pytest.mark.parametrize("field", [field for _, field in OPTIONS])
+def test_the_setting_is_left_out_of_older_configs(field):
     from infra.config import EvalConfig, RolloutConfig
 
     base = {"prompts_per_step": 2, "samples_per_prompt": 2, "max_response_tokens": 8, "num_rollouts": 1}
-    assert "drop_finished_rows" not in RolloutConfig.model_validate(base).model_dump()  # old hashes hold
-    assert RolloutConfig.model_validate({**base, "drop_finished_rows": True}).drop_finished_rows
-    assert "drop_finished_rows" not in EvalConfig.model_validate({"targets": ["x"]}).model_dump()
-    assert EvalConfig.model_validate({"targets": ["x"], "drop_finished_rows": True}).drop_finished_rows
+    assert field not in RolloutConfig.model_validate(base).model_dump()  # old hashes hold
+    assert getattr(RolloutConfig.model_validate({**base, field: True}), field)
+    assert field not in EvalConfig.model_validate({"targets": ["x"]}).model_dump()
+    assert getattr(EvalConfig.model_validate({"targets": ["x"], field: True}), field)
