@@ -80,7 +80,7 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
     drop_finished_rows: bool = Field(
         default=False,
         description="Embedded, multi-turn: a lockstep sampling batch drops a row once it stops instead of "
-        "padding it until the longest row ends (1.4-1.5x a skewed 16-row SmolLM2 call). Smaller batches run "
+        "padding it until the longest row ends (2.2x a skewed 16-row SmolLM2 round). Smaller batches run "
         "other kernels, so log-probs move at float rounding: off by default, earlier measured runs "
         "reproduce bit for bit. Production: SGLang frees finished requests (continuous batching).",
     )
@@ -88,7 +88,8 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
         default=False,
         description="Embedded, multi-turn: agent sampling's one-token decoding forwards use transformers' "
         "eager attention instead of SDPA, whose CPU flash kernel is slow at one query token (1.9x a 16-row "
-        "SmolLM2 decode step at 1.2K tokens of context). Other rounding: off by default, earlier measured "
+        "SmolLM2 decode step at 1.2K tokens of context; 3.8x a skewed round with drop_finished_rows; "
+        "benchmarks/bench_agent_decode.py). Other rounding: off by default, earlier measured "
         "runs reproduce bit for bit. Production: SGLang's own decode kernels.",
     )
 

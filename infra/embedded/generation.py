@@ -238,8 +238,8 @@ def generate_rows(
     ``drop_finished`` takes a row out of the batch once it stops (SGLang frees a finished request too);
     otherwise it is fed padding until the longest row ends. Every decoded token reads each batch row's keys
     and values, so with one long row among short ones (a deliverable beside tool calls) dropping pays
-    (1.4-1.5x a 16-row call of SmolLM2 at 1.2K tokens of context). The smaller batches run other kernel
-    shapes, so log-probs move at float rounding (~1e-7 float32, ~1e-2 bf16) and a sample can change.
+    (2.2x a skewed 16-row SmolLM2 round at 1.2K tokens of context, bf16). The smaller batches run other kernel
+    shapes, so log-probs can move at float rounding (seen: ~1e-6 float32, ~1e-2 bf16) and a sample change.
 
     ``eager_decode`` runs the one-token decoding forwards with transformers' ``eager`` attention (a matmul
     over the cached keys) instead of the model's own (SDPA, whose CPU flash kernel spends most of a decode
