@@ -22,6 +22,7 @@ tiny scale").
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import random
 import time
@@ -62,12 +63,14 @@ def main() -> None:
         for i, (t, b) in enumerate(zip(transcripts, budgets, strict=True))
     ]
 
+    primed = PrefixKVCache(max_tokens=10 * args.rows * args.context)
+    for t in transcripts:  # each row's transcript so far, cached as its previous turn left it
+        row = generation.RowRequest(ids=t, max_new_tokens=1, seed=0)
+        generation.generate_rows(model, tok, [row], temperature=1.0, prefix_cache=primed)
+
     def timed(drop: bool, eager: bool) -> tuple[float, list]:
         def call() -> list:
-            cache = PrefixKVCache(max_tokens=10 * args.rows * args.context)
-            primer = [generation.RowRequest(ids=t, max_new_tokens=1, seed=0) for t in transcripts]
-            for row in primer:  # each row's transcript so far, cached as its previous turn left it
-                generation.generate_rows(model, tok, [row], temperature=1.0, prefix_cache=cache)
+            cache = copy.deepcopy(primed)  # a call stores its rows' longer sequences in place of these
             t0 = time.perf_counter()
             out = generation.generate_rows(
                 model, tok, rows, temperature=1.0, prefix_cache=cache, drop_finished=drop, eager_decode=eager

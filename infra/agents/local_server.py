@@ -229,10 +229,10 @@ def embedded_batch_backend(
     from infra.embedded.prefix_cache import PrefixKVCache
 
     cache = PrefixKVCache()  # one set of weights: the rollout that built this backend drops it after
+    options = {"prefix_cache": cache, "drop_finished": drop_finished, "eager_decode": eager_decode}
 
     def run(rows: list[Any], **kw: Any) -> list[Generation]:
-        lean = {"drop_finished": drop_finished, "eager_decode": eager_decode}
-        return generate_rows(model, tokenizer, rows, prefix_cache=cache, **lean, **kw)
+        return generate_rows(model, tokenizer, rows, **options, **kw)
 
     return run
 

@@ -288,9 +288,10 @@ def generate_rows(
                 tokens[j] = int(t[0])
                 res = results[i]
                 res._record(tokens[j], float(lp[0]), _row_top(top, 0))
-                if tokens[j] in stops:
+                stopped = tokens[j] in stops
+                if stopped:
                     res.finish_reason = "stop"
-                if tokens[j] in stops or len(res.token_ids) >= rows[i].max_new_tokens:
+                if stopped or len(res.token_ids) >= rows[i].max_new_tokens:
                     done[i] = True
                     finished.append(j)
             if all(done):
