@@ -92,6 +92,37 @@ def test_dropping_finished_rows_shrinks_the_batch_and_keeps_every_sample(micro, 
             assert torch.allclose(ak, bk, atol=1e-5) and torch.allclose(av, bv, atol=1e-5)
 
 
+def test_a_dropped_row_keeps_its_own_keys_and_values_not_the_batch_buffer(micro, monkeypatch):
+    """A row that leaves the batch keeps a copy of its keys/values until the call ends, not views.
+
+    Each drop replaces the batch's buffers (every row, with spare room); views of the old ones pinned them
+    all, one per drop. Found on SmolLM2 (stage 08, 16 rows of ~2K tokens): an evaluation held 16 GB and
+    the first RL step was killed for memory at 23.4 GB.
+    """
+    model, tok = micro
+    handed: list[tuple[int, bool]] = []  # (tokens, owns only its own data) per row handed to the cache
+    real_put = PrefixKVCache.put
+
+    def put(self, ids, kv, *args, **kwargs):
+        own = all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for pair in kv for t in pair)
+        handed.append((len(ids), own))
+        real_put(self, ids, kv, *args, **kwargs)
+
+    monkeypatch.setattr(PrefixKVCache, "put", put)
+    g = random.Random(1)
+    rows = [
+        RowRequest([g.randrange(len(tok)) for _ in range(30 + 7 * k)], max_new_tokens=2 + 3 * k, seed=k)
+        for k in range(6)
+    ]  # budgets 2, 5, …, 17: rows 0-4 leave the batch one by one, row 5 is decoded to the end
+    cache = PrefixKVCache()
+    gens = generate_rows(model, tok, rows, temperature=1.0, prefix_cache=cache, drop_finished=True)
+    assert [x.finish_reason for x in gens] == ["length"] * 6
+    assert [own for _, own in handed[:5]] == [True] * 5  # before the fix: views of buffers 2-25x their size
+    for (seq, kv), r, x in zip(cache._entries.values(), rows, gens, strict=True):  # every row was cached
+        assert seq.tolist() == r.ids + x.token_ids[:-1] and kv[0][0].shape[2] == len(seq)
+        assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for p in kv for t in p)
+
+
 def test_eager_decode_decodes_in_eager_attention_and_gives_the_model_back(micro, monkeypatch):
     model, tok = micro
     g = random.Random(1)
