@@ -298,8 +298,8 @@ def generate_rows(
                 break
             if drop_finished and finished:
                 if prefix_cache is not None:
-                    for j in finished:  # copied now: a view would pin this whole batch buffer
-                        kept[live[j]] = _row_kv(past, j, rows[live[j]], results[live[j]], width, copy=True)
+                    for j in finished:
+                        kept[live[j]] = _row_kv(past, j, rows[live[j]], results[live[j]], width)
                 stay = [j for j in range(len(live)) if not done[live[j]]]
                 index = torch.tensor(stay, dtype=torch.long, device=device)
                 past.batch_select_indices(index)
@@ -314,28 +314,24 @@ def generate_rows(
             )  # fmt: skip
             past, logits = _cache_of(out), out.logits[:, -1]
         if prefix_cache is not None:
-            dropped = set(kept)
             for j, i in enumerate(live):
                 kept[i] = _row_kv(past, j, rows[i], results[i], width)
             for i, (r, res) in enumerate(zip(rows, results, strict=True)):  # in row order, as requested
-                prefix_cache.put(r.ids + res.token_ids[:-1], kept[i], copy=i not in dropped)
+                prefix_cache.put(r.ids + res.token_ids[:-1], kept[i])
     finally:
         model.train(was_training)
         model.config._attn_implementation = attention
     return results
 
 
-def _row_kv(
-    past: object, j: int, row: RowRequest, res: Generation, width: int, copy: bool = False
-) -> LayerKV:
-    """Batch row ``j``'s keys/values of its prompt and fed tokens: views of the batch, or copies.
+def _row_kv(past: object, j: int, row: RowRequest, res: Generation, width: int) -> LayerKV:
+    """A copy of batch row ``j``'s keys/values of its prompt and fed tokens.
 
-    A row that leaves the batch early must be copied: its views would keep the batch's whole buffer (every
-    row, with spare room) alive until the call ends, one such buffer per drop.
+    Copied, not views: a row that leaves the batch early would otherwise keep the batch's whole buffer
+    (every row, with spare room) alive until the call ends, one such buffer per drop.
     """
     cols = slice(width - len(row.ids), width + len(res.token_ids) - 1)  # the last token was never fed
-    kv = [(x.keys[j : j + 1, :, cols], x.values[j : j + 1, :, cols]) for x in past.layers]
-    return [(k.clone(), v.clone()) for k, v in kv] if copy else kv
+    return [(x.keys[j : j + 1, :, cols].clone(), x.values[j : j + 1, :, cols].clone()) for x in past.layers]
 
 
 def _prefill_with_cache(

@@ -50,17 +50,17 @@ class PrefixKVCache:
         self._entries.move_to_end(best_key)
         return best, self._entries[best_key][1]
 
-    def put(self, ids: list[int], kv: LayerKV, copy: bool = True) -> None:
+    def put(self, ids: list[int], kv: LayerKV) -> None:
         """Store the keys/values of ``ids`` (dropping stored sequences that are prefixes of it).
 
-        ``copy=False`` stores ``kv`` as given: for tensors the caller already owns, not views of a batch.
+        ``kv`` is stored as given, so it must be the caller's own tensors, not views of a batch's buffers.
         """
         seq = np.asarray(ids, dtype=np.int64)
         for key in [
             k for k, (s, _) in self._entries.items() if len(s) <= len(seq) and (s == seq[: len(s)]).all()
         ]:
             self.tokens -= len(self._entries.pop(key)[0])
-        self._entries[self._next] = (seq, [(k.clone(), v.clone()) for k, v in kv] if copy else list(kv))
+        self._entries[self._next] = (seq, list(kv))
         self._next += 1
         self.tokens += len(seq)
         while self.tokens > self.max_tokens and len(self._entries) > 1:
