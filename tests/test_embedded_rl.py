@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -41,6 +42,9 @@ def test_rl_raises_mean_reward_on_toy_task(tmp_path, base):
     after = backend.evaluate(job, result.export_dir)
     assert after["toy_a"] > before["toy_a"] + 0.2
     assert backend.evaluate(job, result.export_dir) == after  # seeded: evaluation is deterministic
+    for role, scores in (("input", before), ("output", after)):  # each checkpoint's scores and details
+        logged = json.loads((job.logs_dir / f"eval_details_{role}.json").read_text())
+        assert logged["metrics"] == scores and logged["details"]["toy_a"]["prompts"] > 0
     held = read_rows(job.heldout_dir / "toy_a.jsonl", PromptRow)
     score = score_heldout(result.export_dir, held, "toy_letter_a", samples_per_prompt=2, temperature=1.0)
     assert 0.0 <= score <= 1.0

@@ -5,24 +5,35 @@
 ``data/heldout/<metric>.jsonl``, each file in the environment its rows name (the stage's own for its
 targets, single-turn for rows that name none). Scores are pass@1 / avg@k: the mean over prompts of the
 mean reward over ``samples_per_prompt`` episodes. Aborted episodes (infrastructure failures) are left
-out, never scored 0.
+out, never scored 0. Rows that name an environment type (``metadata.env_type``, e.g. stage 08's three
+workspace tasks) are also scored per type; :func:`evaluate_stage` writes each checkpoint's scores and
+details to ``logs/eval_details_<input|output>.json``.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from data_prep.schema import PromptRow
+from infra.atomic import atomic_write_json
 from infra.backends import StageJob
 from infra.embedded.models import load_dtype, load_model, load_tokenizer, pick_device
 from infra.embedded.runtime import derive_seed, read_rows, setup_determinism
-from infra.environments import SINGLE_TURN, Environment, Policy, Sampling, build_environment
+from infra.environments import SINGLE_TURN, Environment, Group, Policy, Sampling, build_environment
 
 DEFAULT_EVAL_TOKENS = 256
+BREAKDOWN_KEY = "env_type"  # the row metadata a score is also broken down by, where rows carry it
+
+
+def row_type(row: Any) -> str | None:
+    """The row's ``metadata.env_type`` (what scores are broken down by), or None."""
+    kind = (getattr(row, "metadata", None) or {}).get(BREAKDOWN_KEY)
+    return None if kind is None else str(kind)
 
 
 def score_rows(
@@ -39,10 +50,11 @@ def score_rows(
     environment: Environment | None = None,
     drop_finished: bool = False,
     eager_decode: bool = False,
-) -> tuple[float, dict[str, float]]:
+) -> tuple[float, dict[str, Any]]:
     """Return (avg@k score, details) of ``model`` on ``rows`` rolled out in ``environment``.
 
-    The environment defaults to ``single_turn``; a row's ``metadata.reward`` wins over ``reward_name``.
+    The environment defaults to ``single_turn``; a row's ``metadata.reward`` wins over ``reward_name``;
+    ``details`` as :func:`aggregate_groups` gives them.
     """
     if not rows:
         raise ValueError("score_rows: no held-out rows to score")
@@ -56,7 +68,17 @@ def score_rows(
         eager_decode=eager_decode,
     )
     groups = env.rollout(Policy(model, tokenizer), rows, samples_per_prompt, sampling)
+    return aggregate_groups(groups)
+
+
+def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
+    """Return (avg@k, details) over scored groups: the mean over prompts of each prompt's mean reward.
+
+    Aborted episodes are counted and left out; a prompt whose episodes all aborted is left out. ``details``
+    holds ``by_env_type`` ({type: {score, prompts}}) when rows carry ``metadata.env_type``.
+    """
     per_prompt, aborted, truncated = [], 0, 0
+    by_type: dict[str, list[float]] = defaultdict(list)
     for group in groups:
         scores = []
         for episode in group.samples:
@@ -67,7 +89,18 @@ def score_rows(
                 scores.append(episode.reward.score)
         if scores:
             per_prompt.append(float(np.mean(scores)))
-    details = {"prompts": float(len(per_prompt)), "aborted": float(aborted), "truncated": float(truncated)}
+            kind = row_type(group.row)
+            if kind is not None:
+                by_type[kind].append(per_prompt[-1])
+    details: dict[str, Any] = {
+        "prompts": float(len(per_prompt)),
+        "aborted": float(aborted),
+        "truncated": float(truncated),
+    }
+    if by_type:
+        details[f"by_{BREAKDOWN_KEY}"] = {
+            k: {"score": float(np.mean(v)), "prompts": len(v)} for k, v in sorted(by_type.items())
+        }
     return (float(np.mean(per_prompt)) if per_prompt else 0.0), details
 
 
@@ -138,11 +171,11 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
     model = load_model(checkpoint, pick_device(job.extra.get("device")), dtype=dtype).eval()
     tokenizer = load_tokenizer(checkpoint)
     stage_env = job.stage.environment() if cfg.rl is not None else None
-    out = {}
+    out, details = {}, {}
     for metric in metrics:
         rows = read_rows(job.heldout_dir / f"{metric}.jsonl", PromptRow)
         env = row_environment(rows[0], stage_env, cfg.reward) if rows else stage_env
-        out[metric], _ = score_rows(
+        out[metric], details[metric] = score_rows(
             model,
             tokenizer,
             rows,
@@ -155,4 +188,9 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
             drop_finished=cfg.eval.drop_finished_rows,
             eager_decode=cfg.eval.eager_decode,
         )
+    role = "output" if checkpoint.resolve() == job.export_dir.resolve() else "input"
+    atomic_write_json(
+        job.logs_dir / f"eval_details_{role}.json",
+        {"checkpoint": str(checkpoint), "metrics": out, "details": details},
+    )
     return out

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from infra.backends import StageJob, TrainResult
 from infra.config import PolicyConfig, RLConfig, RolloutConfig
 from infra.embedded import checkpointing as ckpt
 from infra.embedded.episode_tensors import env_token_mask, pad_floats, pad_top_k
+from infra.embedded.evaluate import row_type
 from infra.embedded.metrics import MetricsLog
 from infra.embedded.micro_batching import micro_batches
 from infra.embedded.models import load_model, load_tokenizer, pick_device, sampler_model, update_autocast
@@ -363,6 +364,7 @@ class RLTrainer:
             s.metrics["termination"] for s in samples if "termination" in s.metrics
         ).items():
             row[f"episodes_{end}"] = count
+        row.update(reward_by_type(groups))
         seconds = time.perf_counter() - t0
         row["step_seconds"] = seconds
         row["rollout_seconds"] = rollout_seconds  # sampling and scoring; the rest is the update
@@ -425,3 +427,23 @@ class RLTrainer:
 def train_rl(job: StageJob) -> TrainResult:
     """Train the RL stage of ``job`` (resuming from its checkpoints) and return the export."""
     return RLTrainer(job).run()
+
+
+def reward_by_type(groups: list[Group]) -> dict[str, float]:
+    """Per environment type of the kept groups' rows: ``reward_mean/<type>`` and ``groups/<type>``.
+
+    A step draws other tasks than the last, so its overall reward mixes task types in varying shares;
+    the per-type means say which type a change in the overall mean comes from.
+    """
+    scores: dict[str, list[float]] = defaultdict(list)
+    counts: Counter[str] = Counter()
+    for group in groups:
+        kind = row_type(group.row)
+        if kind is not None and group.samples:
+            scores[kind].extend(group.scores)
+            counts[kind] += 1
+    out: dict[str, float] = {}
+    for kind in sorted(scores):
+        out[f"reward_mean/{kind}"] = float(np.mean(scores[kind]))
+        out[f"groups/{kind}"] = float(counts[kind])
+    return out

@@ -1,0 +1,63 @@
+"""Scores broken down by environment type: held-out avg@k per ``metadata.env_type`` and the RL step's
+per-type reward, on hand-built groups (plain data, no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from data_prep.schema import PromptRow
+from infra.embedded.evaluate import aggregate_groups
+from infra.embedded.rl import reward_by_type
+from infra.environments import Episode, Group
+from rewards.contract import RewardResult
+
+
+def _group(i: int, scores: list[float | None], env_type: str | None) -> Group:
+    meta = {"env_type": env_type} if env_type else {}
+    row = PromptRow(id=f"r{i}", prompt=[{"role": "user", "content": "x"}], metadata=meta)
+    samples = [
+        Episode(
+            token_ids=[1, 2],
+            logprobs=[0.0, 0.0],
+            finish_reason="stop",
+            reward=RewardResult(score=0.0, aborted=True)
+            if s is None
+            else RewardResult(score=s, failure=None if s > 0 else "wrong"),
+        )
+        for s in scores
+    ]
+    return Group(row=row, prompt_ids=[0], samples=samples)
+
+
+def test_heldout_score_is_broken_down_by_env_type() -> None:
+    groups = [
+        _group(0, [1.0, 0.5], "memo"),  # prompt mean 0.75
+        _group(1, [0.0, 0.0], "memo"),  # 0.0
+        _group(2, [None, 1.0], "ledger"),  # the aborted episode is left out: 1.0
+        _group(3, [None, None], "ledger"),  # every episode aborted: the prompt is left out
+    ]
+    score, details = aggregate_groups(groups)
+    assert score == pytest.approx((0.75 + 0.0 + 1.0) / 3)
+    assert details["aborted"] == 3 and details["prompts"] == 3
+    assert details["by_env_type"] == {
+        "ledger": {"score": pytest.approx(1.0), "prompts": 1},
+        "memo": {"score": pytest.approx(0.375), "prompts": 2},
+    }
+
+
+def test_rows_without_env_type_have_no_breakdown() -> None:
+    score, details = aggregate_groups([_group(0, [1.0, 0.0], None)])
+    assert score == pytest.approx(0.5)
+    assert "by_env_type" not in details
+
+
+def test_rl_step_reward_by_env_type() -> None:
+    groups = [_group(0, [1.0, 0.0], "memo"), _group(1, [0.5, 0.5], "memo"), _group(2, [0.2, 0.4], "ledger")]
+    groups.append(_group(3, [1.0, 1.0], None))  # a row without a type counts toward no type
+    out = reward_by_type(groups)
+    assert out == {
+        "reward_mean/ledger": pytest.approx(0.3),
+        "groups/ledger": 1.0,
+        "reward_mean/memo": pytest.approx(0.5),
+        "groups/memo": 2.0,
+    }
