@@ -8,7 +8,8 @@ deliverable built by code, which scores 1.0.
 
 * ``invoice_ledger_reconciliation`` (ERP/GL): invoices in ``<tag>_invoices.csv``, a ``gl_entries`` table
   with one invoice missing, one posted at a different amount and unrelated entries; deliverable
-  ``<tag>_recon.xlsx`` (sheet Recon: totals, difference, the missing invoice).
+  ``<tag>_recon.xlsx`` (sheet Recon: totals, difference, the missing invoice). The reference writes the
+  totals and the difference as formulas over the amounts it read (``=1248.64+4198.62+…``, ``=B1-B2``).
 * ``contract_dates_memo`` (GRC contract register): deliverable ``<party>_memo.md`` listing a counterparty's
   active contracts with their end dates; naming terminated or other parties' contracts costs weight.
 * ``ticket_tracker_update`` (ticketing): a stale ``<tag>_tracker.csv`` to bring up to date from the
@@ -26,6 +27,7 @@ the Harbor folders.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from datetime import date, timedelta
@@ -132,8 +134,13 @@ def reconciliation(spec: EnvSpec, rng: random.Random, split: str) -> Instance:
         facts={"missing_invoice": ids[missing], "mismatched_invoice": ids[mismatched], "currency": cur,
                "gl_total_all_refs": every},
     )  # fmt: skip
-    reference = {wb: {"Recon": {"A1": "Total invoiced", "B1": invoiced, "A2": "Total posted in GL",
-                                "B2": posted, "A3": "Difference", "B3": diff, "A4": "Missing from GL",
+    # The totals as formulas over the amounts as the agent reads them (the csv's text, the ledger's JSON
+    # numbers): graded by value after recalculation, and a demonstration a small policy can follow by
+    # copying, where a literal total would need five-figure sums done in its head.
+    invoiced_f = "=" + "+".join(line.rsplit(",", 1)[1] for line in lines)
+    posted_f = "=" + "+".join(json.dumps(r["amount"]) for r in rows if r["ref"] in ids[:n])
+    reference = {wb: {"Recon": {"A1": "Total invoiced", "B1": invoiced_f, "A2": "Total posted in GL",
+                                "B2": posted_f, "A3": "Difference", "B3": "=B1-B2", "A4": "Missing from GL",
                                 "B4": ids[missing]}}}  # fmt: skip
     system = SystemOfRecord("ledger", spec.system, "General ledger", GL, {"gl_entries": rows})
     return _instance(spec, split, files, system, truth, instruction, [wb], rubric, reference)

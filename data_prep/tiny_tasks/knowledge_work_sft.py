@@ -15,8 +15,9 @@ documents, a fresh system-of-record server) and records:
   is made of (:func:`lookup_actions`: the system of record's ``list_`` endpoint, queried narrowly enough to
   fit the result budget, and the input document the reference does not read itself), then the reference's
   calls (:func:`~infra.agents.kw.family.gold_actions`: read, then ``write`` a text deliverable or ``bash``
-  an openpyxl script for a workbook); a demonstration that wrote the answer without looking at the data
-  would teach the policy to recall values, not to fetch them;
+  an openpyxl script for a workbook, whose totals are formulas over the amounts the lookups showed); a
+  demonstration that wrote the answer without looking at the data would teach the policy to recall
+  values, not to fetch them, and one that wrote a literal total, to add in its head;
 * each call's real tool result, truncated as the loop's tool layer truncates it
   (:func:`infra.agents.tools.truncate_to_tokens`, ``tool_result_max_tokens`` of the tiny budgets, under
   the policy's tokenizer: the micro model's at this scale);

@@ -15,8 +15,9 @@ against the stage's benchmark files.
 
 Embedded: the ``knowledge_work`` tiny family (:mod:`infra.agents.kw.family`: three generated environment
 types, code-checkable rubrics, the fixed ``kw_tiny`` task set) → the held-out screens → the same leakage
-and hacking filters over the drawn tasks, counted; the curriculum band is skipped (at this scale the input
-checkpoint solves nothing, so the band would drop every task).
+and hacking filters over the drawn tasks, counted; the curriculum band is skipped (it scores tasks with a
+served input checkpoint; the micro model solves none, SmolLM2 solves most tracker and memo tasks, see the
+README).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def _embedded_rows(
     drawn = {r.metadata.get("task") for r in rows}
     tasks = [t for t in kw_tasks(family.TRAIN, family.ROOT_SEED, "train") if t.name in drawn]
     kept = {t.name for t in screen_tasks(tasks, KwSynthesisParams(), manifest)}
-    why = "embedded: the input checkpoint solves no tiny task, the band would drop them all"
+    why = "embedded: no served input checkpoint (base_policy) to score the band with"
     manifest.step("kw_curriculum", len(kept), skipped=True, reason=why)
     rows = [r for r in rows if r.metadata.get("task") in kept]
     manifest.step("kw_filtered_rows", len(rows), rule="rows whose task passed kw_leakage and kw_hacking")
