@@ -228,8 +228,10 @@ class CheckpointRunner:
 
     ``max_context_tokens`` caps the served context (default: the model's ``max_position_embeddings``);
     ``device`` defaults to CUDA when available; ``dtype`` is the weights' dtype when sampling
-    (``rl.rollout.sampler_dtype``: the filters sample as the stage's rollouts do). ``backend`` replaces
-    sampling the model (``Policy.backend``; tests script the model turns with it).
+    (``rl.rollout.sampler_dtype``: the filters sample as the stage's rollouts do); ``drop_finished`` and
+    ``eager_decode`` batch the multi-turn decoding as ``rl.rollout``'s flags of those names do (see
+    :meth:`from_rollout`). ``backend`` replaces sampling the model (``Policy.backend``; tests script the
+    model turns with it).
     """
 
     def __init__(
@@ -245,14 +247,29 @@ class CheckpointRunner:
         max_context_tokens: int | None = None,
         device: str | None = None,
         dtype: SamplerDtype = "float32",
+        drop_finished: bool = False,
+        eager_decode: bool = False,
         backend: Any = None,
     ) -> None:
         self.model_dir, self.env_spec, self.backend = Path(model_dir), env_spec, backend
-        self.dtype = dtype
+        self.dtype, self.drop_finished, self.eager_decode = dtype, drop_finished, eager_decode
         self.device, self.max_context_tokens = device, max_context_tokens
         self.seed, self.max_new_tokens, self.concurrency = seed, max_new_tokens, concurrency
         self.temperature, self.top_p = temperature, top_p
         self._policy: Any = None
+
+    @classmethod
+    def from_rollout(
+        cls, model_dir: str | Path, env_spec: str, rollout: Any, *, seed: int, concurrency: int
+    ) -> CheckpointRunner:
+        """A runner that samples as a stage's ``rl.rollout`` section does (budgets, temperature, nucleus,
+        dtype, multi-turn batching), so a filter scores tasks as the stage's own rollouts would."""
+        return cls(
+            model_dir, env_spec, seed=seed, concurrency=concurrency,
+            max_new_tokens=rollout.max_response_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
+            max_context_tokens=rollout.max_context_tokens, dtype=rollout.sampler_dtype,
+            drop_finished=rollout.drop_finished_rows, eager_decode=rollout.eager_decode,
+        )  # fmt: skip
 
     def policy(self) -> Any:
         """Return the loaded :class:`~infra.environments.base.Policy` (loaded on first use)."""
@@ -278,6 +295,8 @@ class CheckpointRunner:
             seed=self.seed,
             top_p=self.top_p,
             max_context_tokens=self.max_context_tokens,
+            drop_finished=self.drop_finished,
+            eager_decode=self.eager_decode,
         )
         with progress(f"policy episodes ({len(tasks)} tasks x {n})", len(tasks) * n) as advance:
             groups = env.rollout(self.policy(), rows, n, sampling, on_episode=advance)

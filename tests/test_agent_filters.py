@@ -34,6 +34,7 @@ from data_prep.manifest import Manifest
 from infra.agents.awm.release import ReleaseError
 from infra.agents.contract import AgentTask
 from infra.agents.local_server import GenerateServer, micro_model_dir
+from infra.config_rl import RolloutConfig
 from infra.embedded.generation import Generation
 from infra.sandbox import check_isolation
 from rewards.contract import RewardResult
@@ -224,3 +225,13 @@ def test_checkpoint_runner_rolls_out_a_local_checkpoint(release: Path) -> None:
     assert {p.dtype for p in real.policy().model.parameters()} == {torch.float32}
     bf16 = CheckpointRunner(model_dir, spec, seed=0, dtype="bfloat16")  # rl.rollout.sampler_dtype
     assert {p.dtype for p in bf16.policy().model.parameters()} == {torch.bfloat16}
+    rollout = RolloutConfig(
+        prompts_per_step=2, samples_per_prompt=4, max_response_tokens=8, max_context_tokens=4096,
+        temperature=0.7, top_p=0.9, num_rollouts=1, sampler_dtype="bfloat16", drop_finished_rows=True,
+        eager_decode=True,
+    )  # fmt: skip
+    staged = CheckpointRunner.from_rollout(model_dir, spec, rollout, seed=5, concurrency=3)
+    sampled = (staged.max_new_tokens, staged.max_context_tokens, staged.temperature, staged.top_p)
+    assert sampled == (8, 4096, 0.7, 0.9)
+    assert (staged.dtype, staged.drop_finished, staged.eager_decode) == ("bfloat16", True, True)
+    assert (staged.seed, staged.concurrency) == (5, 3)

@@ -78,6 +78,34 @@ def test_embedded_prep_writes_agent_rows_and_counts_every_filter(tmp_path: Path)
     assert not {r["metadata"]["task"] for r in heldout} & {r["metadata"]["task"] for r in rows}
 
 
+def test_embedded_curriculum_band_scores_the_rl_tasks_with_the_input_checkpoint(
+    tmp_path: Path, sandbox_ok
+) -> None:
+    """The band's episodes are the real input checkpoint's (the random-weight micro model, which writes no
+    deliverable: every task scores 0), sampled as the stage's rollouts sample, 2 per task."""
+    from infra.agents.local_server import micro_model_dir
+
+    sets = {"data.train_tasks": 9, "data.heldout_per_metric": 3, "eval.guardrails": [],
+            "data.embedded_curriculum": True, "data.synthesis.curriculum.samples": 2,
+            "rl.rollout.max_response_tokens": 16}  # fmt: skip
+    prep = import_stage_file(STAGE / "data_prep.py")
+
+    def steps_at(low: float, out: Path) -> dict[str, Any]:
+        stage = resolve_stage(STAGE, "embedded", sets={**sets, "data.synthesis.curriculum.low": low})
+        model = micro_model_dir()
+        ctx = PrepContext(stage=stage, out_dir=out, seed=0, profile="embedded", tokenizer_dir=model)
+        summary = prep.prepare(ctx)
+        steps = {s["step"]: s for s in json.loads((out / "manifest.json").read_text())["steps"]}
+        assert steps["kw_curriculum"]["count"] == summary["train"]
+        return steps["kw_curriculum"]
+
+    kept = steps_at(0.0, tmp_path / "open")  # a band that admits 0 keeps all three
+    assert kept["count"] == 3 and list(kept["means"].values()) == [0.0, 0.0, 0.0] and kept["samples"] == 2
+    # the recipe's band: tasks the policy never scores on are too hard, and an empty set is refused by name
+    with pytest.raises(ConfigError, match="step 'kw_curriculum' removed the last ones"):
+        steps_at(0.05, tmp_path / "band")
+
+
 # ---------------------------------------------------------------- the reward on hand-made episodes
 LABEL = json.loads((STAGE / "preflight.json").read_text())["good"]["label"]
 GOOD = STAGE / "preflight_workspace" / "good"

@@ -15,9 +15,11 @@ against the stage's benchmark files.
 
 Embedded: the ``knowledge_work`` tiny family (:mod:`infra.agents.kw.family`: three generated environment
 types, code-checkable rubrics, the fixed ``kw_tiny`` task set) → the held-out screens → the same leakage
-and hacking filters over the drawn tasks, counted; the curriculum band is skipped (it scores tasks with a
-served input checkpoint; the micro model solves none, SmolLM2 solves most tracker and memo tasks, see the
-README).
+and hacking filters over the drawn tasks, counted → the RL third (tasks SFT never demonstrates) → with
+``data.embedded_curriculum`` the same curriculum band, its episodes sampled in-process from the input
+checkpoint as the stage's rollouts sample (``rl.rollout``; :meth:`CheckpointRunner.from_rollout`); off, the
+step is recorded as skipped (the micro model solves no task, so the band would drop them all; SmolLM2 solves
+most tracker and memo tasks, see the README).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tempfile
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,6 +67,11 @@ class Params(BaseModel):
         None, description="Production: the input checkpoint served by SGLang, for the curriculum band."
     )
     train_tasks: int | None = Field(None, ge=1, description="Embedded: tiny train tasks to draw.")
+    embedded_curriculum: bool = Field(
+        False,
+        description="Embedded: score the RL tasks with the input checkpoint in-process and keep "
+        "synthesis.curriculum's band (samples x tasks episodes before training).",
+    )
     benchmarks: dict[str, str] = Field(default_factory=dict, description="Benchmark name -> local file.")
     heldout_per_metric: int = Field(200, ge=1)
 
@@ -73,11 +81,12 @@ def prepare(ctx: Any) -> dict[str, Any]:
     code = [Path(__file__), Path(family.__file__), *CODE_FILES]
     env_spec = str(ctx.stage.config.rl.environment.options.get("env", ""))
     production = partial(_production_rows, ctx=ctx, env_spec=env_spec)
-    return prepare_prompts(ctx, f"rl_prompts:{ctx.stage.id}", Params, code, _embedded_rows, production)
+    embedded = partial(_embedded_rows, ctx=ctx)
+    return prepare_prompts(ctx, f"rl_prompts:{ctx.stage.id}", Params, code, embedded, production)
 
 
 def _embedded_rows(
-    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest
+    params: Params, seed: int, heldout: dict[str, Path], manifest: Manifest, ctx: Any
 ) -> list[PromptRow]:
     from data_prep.tiny_tasks.knowledge_work import kw_tasks
     from data_prep.tiny_tasks.knowledge_work_sft import rl_only
@@ -92,13 +101,41 @@ def _embedded_rows(
     drawn = {r.metadata.get("task") for r in rows}
     tasks = [t for t in kw_tasks(family.TRAIN, family.ROOT_SEED, "train") if t.name in drawn]
     kept = {t.name for t in screen_tasks(tasks, KwSynthesisParams(), manifest)}
-    why = "embedded: no served input checkpoint (base_policy) to score the band with"
-    manifest.step("kw_curriculum", len(kept), skipped=True, reason=why)
     rows = [r for r in rows if r.metadata.get("task") in kept]
     manifest.step("kw_filtered_rows", len(rows), rule="rows whose task passed kw_leakage and kw_hacking")
     rows = [r for r in rows if rl_only(str(r.metadata.get("task")))]
     manifest.step("rl_split", len(rows), rule="tasks SFT never demonstrates (knowledge_work_sft.rl_only)")
-    return rows
+    if not params.embedded_curriculum:
+        why = "data.embedded_curriculum is off (the input checkpoint's episodes are not sampled before RL)"
+        manifest.step("kw_curriculum", len(rows), skipped=True, reason=why)
+        return rows
+    rl = ctx.stage.config.rl
+    runner = agent_filters.CheckpointRunner.from_rollout(
+        Path(ctx.tokenizer_dir), str(rl.environment.options.get("env", "kw_tiny")), rl.rollout, seed=seed,
+        concurrency=int(rl.environment.options.get("concurrency", 4)),
+    )  # fmt: skip
+    return curriculum_rows(rows, runner, params.synthesis.curriculum, manifest)
+
+
+def curriculum_rows(
+    rows: Sequence[PromptRow], runner: Any, band: kw_filters.CurriculumParams, manifest: Manifest
+) -> list[PromptRow]:
+    """Keep the rows whose task's mean score over ``band.samples`` episodes of ``runner`` (``runner(tasks,
+    n)``, one batch for all rows, as :class:`~data_prep.agent_filters.CheckpointRunner`) lies in the band;
+    aborted episodes are not scored. Records ``kw_curriculum`` with each task's mean and the drop reasons."""
+    from infra.agents.slime_generate import task_from_parts
+
+    by_task = {str(r.metadata["task"]): r for r in rows}
+    agent_tasks = [task_from_parts(r.prompt, r.label, r.metadata, r.id) for r in by_task.values()]
+    results = runner(agent_tasks, band.samples) if agent_tasks else []
+    scores = {
+        name: [None if r.aborted else float(r.score) for r in group]
+        for name, group in zip(by_task, results, strict=True)
+    }
+    named = [SimpleNamespace(name=name) for name in by_task]
+    band_result = kw_filters.curriculum_filter(named, lambda task, _k: scores[task.name], band)
+    manifest.step("kw_curriculum", len(band_result.kept), **band_result.manifest_fields())
+    return [by_task[t.name] for t in band_result.kept]
 
 
 def screen_tasks(tasks: Sequence[KwTask], params: KwSynthesisParams, manifest: Manifest) -> list[KwTask]:
@@ -159,4 +196,4 @@ def _production_rows(
     return screen_against_evals(rows, heldout, benchmark_items(params.benchmarks), manifest)
 
 
-__all__ = ["FAMILY", "REWARD", "Params", "base_policy_scorer", "prepare", "screen_tasks"]
+__all__ = ["FAMILY", "REWARD", "Params", "base_policy_scorer", "curriculum_rows", "prepare", "screen_tasks"]
