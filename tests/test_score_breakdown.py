@@ -36,12 +36,13 @@ def test_heldout_score_is_broken_down_by_env_type() -> None:
         _group(2, [None, 1.0], "ledger"),  # the aborted episode is left out: 1.0
         _group(3, [None, None], "ledger"),  # every episode aborted: the prompt is left out
     ]
+    groups[1].samples[0].finish_reason = "length"  # a memo episode cut by its budget
     score, details = aggregate_groups(groups)
     assert score == pytest.approx((0.75 + 0.0 + 1.0) / 3)
-    assert details["aborted"] == 3 and details["prompts"] == 3
+    assert details["aborted"] == 3 and details["prompts"] == 3 and details["truncated"] == 1
     assert details["by_env_type"] == {
-        "ledger": {"score": pytest.approx(1.0), "prompts": 1},
-        "memo": {"score": pytest.approx(0.375), "prompts": 2},
+        "ledger": {"score": pytest.approx(1.0), "prompts": 1, "truncated": 0},
+        "memo": {"score": pytest.approx(0.375), "prompts": 2, "truncated": 1},
     }
 
 

@@ -13,7 +13,7 @@ details to ``logs/eval_details_<input|output>.json``.
 from __future__ import annotations
 
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -75,21 +75,24 @@ def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
     """Return (avg@k, details) over scored groups: the mean over prompts of each prompt's mean reward.
 
     Aborted episodes are counted and left out; a prompt whose episodes all aborted is left out. ``details``
-    holds ``by_env_type`` ({type: {score, prompts}}) when rows carry ``metadata.env_type``.
+    holds ``by_env_type`` ({type: {score, prompts, truncated}}) when rows carry ``metadata.env_type``.
     """
     per_prompt, aborted, truncated = [], 0, 0
     by_type: dict[str, list[float]] = defaultdict(list)
+    cut_by_type: Counter[str] = Counter()
     for group in groups:
         scores = []
+        kind = row_type(group.row)
         for episode in group.samples:
             truncated += episode.truncated
+            if kind is not None:
+                cut_by_type[kind] += episode.truncated
             if episode.reward.aborted:
                 aborted += 1
             else:
                 scores.append(episode.reward.score)
         if scores:
             per_prompt.append(float(np.mean(scores)))
-            kind = row_type(group.row)
             if kind is not None:
                 by_type[kind].append(per_prompt[-1])
     details: dict[str, Any] = {
@@ -99,7 +102,8 @@ def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
     }
     if by_type:
         details[f"by_{BREAKDOWN_KEY}"] = {
-            k: {"score": float(np.mean(v)), "prompts": len(v)} for k, v in sorted(by_type.items())
+            k: {"score": float(np.mean(v)), "prompts": len(v), "truncated": cut_by_type[k]}
+            for k, v in sorted(by_type.items())
         }
     return (float(np.mean(per_prompt)) if per_prompt else 0.0), details
 
