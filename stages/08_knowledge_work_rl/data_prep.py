@@ -121,21 +121,26 @@ def curriculum_rows(
     rows: Sequence[PromptRow], runner: Any, band: kw_filters.CurriculumParams, manifest: Manifest
 ) -> list[PromptRow]:
     """Keep the rows whose task's mean score over ``band.samples`` episodes of ``runner`` (``runner(tasks,
-    n)``, one batch for all rows, as :class:`~data_prep.agent_filters.CheckpointRunner`) lies in the band;
-    aborted episodes are not scored. Records ``kw_curriculum`` with each task's mean and the drop reasons."""
+    n)``, one batch for every distinct task, as :class:`~data_prep.agent_filters.CheckpointRunner`) lies in
+    the band; aborted episodes are not scored. Records ``kw_curriculum`` with each task's mean and the drop
+    reasons."""
     from infra.agents.slime_generate import task_from_parts
 
-    by_task = {str(r.metadata["task"]): r for r in rows}
-    agent_tasks = [task_from_parts(r.prompt, r.label, r.metadata, r.id) for r in by_task.values()]
+    first: dict[str, PromptRow] = {}
+    for row in rows:
+        first.setdefault(str(row.metadata["task"]), row)
+    agent_tasks = [task_from_parts(r.prompt, r.label, r.metadata, r.id) for r in first.values()]
     results = runner(agent_tasks, band.samples) if agent_tasks else []
     scores = {
         name: [None if r.aborted else float(r.score) for r in group]
-        for name, group in zip(by_task, results, strict=True)
+        for name, group in zip(first, results, strict=True)
     }
-    named = [SimpleNamespace(name=name) for name in by_task]
+    named = [SimpleNamespace(name=name) for name in first]
     band_result = kw_filters.curriculum_filter(named, lambda task, _k: scores[task.name], band)
-    manifest.step("kw_curriculum", len(band_result.kept), **band_result.manifest_fields())
-    return [by_task[t.name] for t in band_result.kept]
+    in_band = {t.name for t in band_result.kept}
+    kept = [r for r in rows if str(r.metadata["task"]) in in_band]
+    manifest.step("kw_curriculum", len(kept), **band_result.manifest_fields())
+    return kept
 
 
 def screen_tasks(tasks: Sequence[KwTask], params: KwSynthesisParams, manifest: Manifest) -> list[KwTask]:
