@@ -109,11 +109,13 @@ def _embedded_rows(
         why = "data.embedded_curriculum is off (the input checkpoint's episodes are not sampled before RL)"
         manifest.step("kw_curriculum", len(rows), skipped=True, reason=why)
         return rows
+    from infra.environments.agent import AgentOptions
+
     rl = ctx.stage.config.rl
+    options = AgentOptions.model_validate(rl.environment.options)  # the stage's env and its defaults
     runner = agent_filters.CheckpointRunner.from_rollout(
-        Path(ctx.tokenizer_dir), str(rl.environment.options.get("env", "kw_tiny")), rl.rollout, seed=seed,
-        concurrency=int(rl.environment.options.get("concurrency", 4)),
-    )  # fmt: skip
+        Path(ctx.tokenizer_dir), options.env, rl.rollout, seed=seed, concurrency=options.concurrency
+    )
     return curriculum_rows(rows, runner, params.synthesis.curriculum, manifest)
 
 
