@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from infra.layering import ConfigError
+from infra.malloc_arenas import limit_malloc_arenas
 
 _app = typer.Typer(
     help="Rufus-Air: a staged LLM post-training recipe, stage by stage, at production or embedded scale.",
@@ -343,6 +344,7 @@ def __getattr__(name: str) -> typer.Typer:
 
 def main() -> None:
     """Console-script entry point."""
+    limit_malloc_arenas()  # before any thread starts: see infra/malloc_arenas.py
     _mount_subcommands(sys.argv[1:])
     try:
         _app()
