@@ -5,7 +5,9 @@
 the mean and min–max over seeds of the input score (the checkpoint the stage started from), the output
 score and the change (output − input), as percentages. A run whose stage has no ``eval.json`` (or lacks
 the metric) is listed as missing and left out of that row's statistics; the row shows how many seeds it
-rests on.
+rests on. ``stage=`` (``rufus seeds --stage ID``) compares one stage alone, so a ``rufus run`` chain and
+``rufus stage`` folders of that stage (e.g. RL seeds from one SFT checkpoint) make one report; the footer says
+how many distinct input checkpoints each stage started from.
 
 Verdict for a target metric: a one-sided one-sample t-test of the per-seed changes against zero
 (``scipy.stats.ttest_1samp``, ``alternative="greater"``). "rise" when p < 0.05 — the mean change stands
@@ -18,7 +20,7 @@ widens with n.) Guardrail rows carry "guardrail" instead of a verdict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eval.registry import RAW_METRICS
@@ -76,11 +78,31 @@ class SeedRow:
         return "within spread" if sum(changes) > 0 else "no rise"
 
 
-def load_runs(run_dirs: list[Path]) -> list[RunData]:
-    """Return the loaded runs; raise ValueError naming the directory whose recipe or stages differ."""
+def only_stage(run: RunData, stage: str) -> RunData:
+    """Return ``run`` cut to its stage ``stage`` and named after it; ValueError names the run without it."""
+    kept = [s for s in run.stages if s.id == stage]
+    if not kept:
+        raise ValueError(f"{run.run_dir}: no stage '{stage}' (it has {[s.id for s in run.stages]})")
+    return replace(
+        run,
+        name=f"stage {stage}",
+        stages=kept,
+        config_hashes={stage: run.config_hashes.get(stage)},
+        input_hashes={stage: run.input_hashes.get(stage)},
+    )
+
+
+def load_runs(run_dirs: list[Path], stage: str | None = None) -> list[RunData]:
+    """Return the loaded runs; raise ValueError naming the directory whose recipe or stages differ.
+
+    ``stage``: compare that one stage only, so the runs may come from different recipes or commands (a
+    ``rufus run`` chain beside ``rufus stage`` folders); its config must still be the same in every run.
+    """
     if len(run_dirs) < 2:
         raise ValueError(f"a seed report needs at least 2 run directories, got {len(run_dirs)}")
     runs = [load_run(Path(d)) for d in run_dirs]
+    if stage is not None:
+        runs = [only_stage(run, stage) for run in runs]
     first = runs[0]
     for run in runs[1:]:
         if run.name != first.name:
@@ -185,8 +207,20 @@ HEADERS = [
 ]
 
 
-def seed_markdown(rows: list[SeedRow], run_dirs: list[Path]) -> str:
-    """Return the seed-spread table as markdown with a footer naming the runs and any missing evals."""
+def inputs_line(runs: list[RunData]) -> str | None:
+    """Return how many distinct input checkpoints each stage started from (None when none was recorded)."""
+    parts = []
+    for stage in runs[0].stages:
+        hashes = [run.input_hashes.get(stage.id) for run in runs]
+        known = {h for h in hashes if h}
+        if known:
+            parts.append(f"{stage.id} {len(known)} ({sum(map(bool, hashes))} of {len(runs)} recorded)")
+    return "Distinct input checkpoints per stage over the seeds: " + ", ".join(parts) + "." if parts else None
+
+
+def seed_markdown(rows: list[SeedRow], run_dirs: list[Path], runs: list[RunData] | None = None) -> str:
+    """Return the seed-spread table as markdown with a footer naming the runs, their input checkpoints (when
+    ``runs`` is given) and any missing evals."""
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(row_cells(r, len(run_dirs))) + " |" for r in rows]
     names = ", ".join(str(d) for d in run_dirs)
@@ -197,6 +231,9 @@ def seed_markdown(rows: list[SeedRow], run_dirs: list[Path]) -> str:
         'in brackets; change = output − input of the stage. Verdict "rise": the per-seed changes are above '
         f"zero by a one-sided one-sample t-test at the {ALPHA:.0%} level (p in its column).",
     ]
+    inputs = inputs_line(runs) if runs else None
+    if inputs:
+        lines.append(inputs)
     gone = missing(rows, run_dirs)
     if gone:
         lines.append(f"Not measured (left out of the statistics): {'; '.join(gone)}.")
@@ -239,6 +276,6 @@ def write_seed_report(run_dirs: list[Path], out: Path, runs: list[RunData] | Non
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     png = plot_changes(rows, out.with_suffix(".png"))
-    text = f"# Seed spread: {runs[0].name}\n\n" + seed_markdown(rows, run_dirs)
+    text = f"# Seed spread: {runs[0].name}\n\n" + seed_markdown(rows, run_dirs, runs)
     out.write_text(text + f"\n![per-seed change of the targets]({png.name})\n", encoding="utf-8")
     return out

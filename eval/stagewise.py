@@ -61,6 +61,7 @@ class RunData:
     stages: list[StageData]
     seed: int | None = None
     config_hashes: dict[str, str | None] = field(default_factory=dict)
+    input_hashes: dict[str, str | None] = field(default_factory=dict)
 
 
 def _read_json(path: Path) -> Any:
@@ -101,6 +102,7 @@ def stage_runs_manifest(run_dir: Path) -> dict[str, Any]:
             "id": path.parent.name,
             "status": "done" if (path.parent / "handoff.json").is_file() else "pending",
             "config_hash": rec.get("config_hash"),
+            "input_hash": rec.get("input_hash"),
         }
         for path, rec in loaded
     ]
@@ -147,6 +149,7 @@ def load_run(run_dir: Path) -> RunData:
         stages=stages,
         seed=manifest.get("seed"),
         config_hashes={e["id"]: e.get("config_hash") for e in manifest["stages"]},
+        input_hashes={e["id"]: e.get("input_hash") for e in manifest["stages"]},
     )
 
 

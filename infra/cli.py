@@ -311,13 +311,18 @@ def seeds(
     out: Path | None = typer.Option(
         None, "--out", help="Markdown file to write (default <first run dir's parent>/seeds.md)."
     ),
+    stage: str | None = typer.Option(
+        None,
+        "--stage",
+        help="Compare one stage (e.g. 06_search_agent) across runs of any recipe or `rufus stage` folders.",
+    ),
 ) -> None:
     """Write the seed-spread report: per stage and metric, mean and min–max over seeds, and a verdict."""
     from eval.seeds import HEADERS, load_runs, row_cells, rows_of, write_seed_report
 
     target = out or run_dirs[0].parent / "seeds.md"
     try:
-        runs = load_runs(run_dirs)
+        runs = load_runs(run_dirs, stage=stage)
         written = write_seed_report(run_dirs, target, runs)
     except (ValueError, FileNotFoundError) as exc:
         _fail(exc)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eval.seeds import SeedRow, fmt_stat, seed_markdown, seed_rows, write_seed_report
+from eval.seeds import SeedRow, fmt_stat, load_runs, seed_markdown, seed_rows, write_seed_report
 from infra.cli import app
 
 #: Per seed, the change of each target of 01_reasoning_rl (percentage points) from a fixed input.
@@ -201,3 +201,45 @@ def test_a_folder_without_manifest_or_records_names_both(tmp_path: Path):
     (tmp_path / "b").mkdir()
     result = CliRunner().invoke(app, ["seeds", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 2 and "manifest.json" in result.output and "rufus stage" in result.output
+
+
+def make_chain_run(root: Path, name: str, seed: int, change: float, config_hash: str = "cfg-06_x") -> Path:
+    """Write a `rufus run` folder of 00_sft then 06_x, whose 06_x moved target t by ``change``."""
+    run = root / name
+    entries = []
+    for sid, before, after in (("00_sft", 0.0, 0.8), ("06_x", 0.2, 0.2 + change)):
+        (run / sid).mkdir(parents=True)
+        ev = {"input": {"t": before}, "output": {"t": after}, "targets": ["t"], "guardrails": []}
+        (run / sid / "eval.json").write_text(json.dumps(ev))
+        entries.append({"id": sid, "status": "done", "config_hash": f"cfg-{sid}", "input_hash": "h"})
+    entries[1]["config_hash"] = config_hash
+    manifest = {"recipe": "tiny-x", "seed": seed, "base": {"model": "micro"}, "stages": entries}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+def test_one_stage_compared_across_a_chain_and_stage_alone_runs(tmp_path: Path):
+    """`--stage` puts a `rufus run` chain beside `rufus stage` folders; without it their recipes differ."""
+    chain = make_chain_run(tmp_path, "chain-s0", 0, 0.02)
+    alone = [make_stage_run(tmp_path, f"rl-s{s}", s, {"06_x": c}) for s, c in ((1, 0.03), (2, 0.025))]
+    runs = [chain, *alone]
+    runner = CliRunner()
+    result = runner.invoke(app, ["seeds", *map(str, runs), "--out", str(tmp_path / "no.md")])
+    assert result.exit_code == 2 and "rufus stage" in result.output and not (tmp_path / "no.md").exists()
+    out = tmp_path / "one.md"
+    result = runner.invoke(app, ["seeds", *map(str, runs), "--stage", "06_x", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Seed spread: stage 06_x") and "00_sft" not in text
+    assert "| 06_x | t | target |" in text and "| rise |" in text
+    assert "Distinct input checkpoints per stage over the seeds: 06_x 1 (3 of 3 recorded)." in text
+
+
+def test_one_stage_refuses_a_run_without_it_or_with_another_config(tmp_path: Path):
+    alone = make_stage_run(tmp_path, "rl-s1", 1, {"06_x": 0.03})
+    chain = make_chain_run(tmp_path, "chain-s0", 0, 0.02)
+    result = CliRunner().invoke(app, ["seeds", str(chain), str(alone), "--stage", "07_y"])
+    assert result.exit_code == 2 and "chain-s0: no stage '07_y'" in result.output.replace("\n", "")
+    other = make_chain_run(tmp_path, "chain-s2", 2, 0.01, config_hash="cfg-else")
+    with pytest.raises(ValueError, match="chain-s2: stage 06_x ran with another config"):
+        load_runs([chain, alone, other], stage="06_x")
