@@ -12,6 +12,7 @@ details to ``logs/eval_details_<input|output>.json``.
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -26,6 +27,7 @@ from infra.embedded.models import load_dtype, load_model, load_tokenizer, pick_d
 from infra.embedded.runtime import derive_seed, read_rows, setup_determinism
 from infra.environments import SINGLE_TURN, Environment, Group, Policy, Sampling, build_environment
 
+_log = logging.getLogger(__name__)
 DEFAULT_EVAL_TOKENS = 256
 BREAKDOWN_KEY = "env_type"  # the row metadata a score is also broken down by, where rows carry it
 
@@ -74,10 +76,12 @@ def score_rows(
 def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
     """Return (avg@k, details) over scored groups: the mean over prompts of each prompt's mean reward.
 
-    Aborted episodes are counted and left out; a prompt whose episodes all aborted is left out. ``details``
-    holds ``by_env_type`` ({type: {score, prompts, truncated}}) when rows carry ``metadata.env_type``.
+    Aborted episodes are counted (``aborted``, and by failure in ``aborted_by``) and left out; a prompt whose
+    episodes all aborted is left out (``prompts`` counts the scored ones). ``details`` holds ``by_env_type``
+    ({type: {score, prompts, truncated}}) when rows carry ``metadata.env_type``.
     """
     per_prompt, aborted, truncated = [], 0, 0
+    aborted_by: Counter[str] = Counter()
     by_type: dict[str, list[float]] = defaultdict(list)
     cut_by_type: Counter[str] = Counter()
     for group in groups:
@@ -89,6 +93,7 @@ def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
                 cut_by_type[kind] += episode.truncated
             if episode.reward.aborted:
                 aborted += 1
+                aborted_by[episode.reward.failure or "unknown"] += 1
             else:
                 scores.append(episode.reward.score)
         if scores:
@@ -100,6 +105,8 @@ def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
         "aborted": float(aborted),
         "truncated": float(truncated),
     }
+    if aborted_by:
+        details["aborted_by"] = dict(sorted(aborted_by.items()))
     if by_type:
         details[f"by_{BREAKDOWN_KEY}"] = {
             k: {"score": float(np.mean(v)), "prompts": len(v), "truncated": cut_by_type[k]}
@@ -112,11 +119,13 @@ def row_environment(row: PromptRow, stage_env: Environment | None, reward: str) 
     """The environment a held-out row is rolled out in: the stage's when the row names it, else the row's own.
 
     Rows written by an environment's data prep carry ``metadata.environment`` (and its options); rows
-    without one are single-turn.
+    without one are single-turn. The stage's environment plays only rows it serves
+    (:meth:`~infra.environments.base.Environment.serves`): a search stage's terminal guardrail runs in the
+    terminal environment, not in the search world, where every episode would abort.
     """
-    name = row.metadata.get("environment") or SINGLE_TURN
-    if stage_env is not None and stage_env.name == name:
+    if stage_env is not None and stage_env.serves(row):
         return stage_env
+    name = row.metadata.get("environment") or SINGLE_TURN
     return build_environment(name, row.metadata.get("environment_options") or {}, reward=reward)
 
 
@@ -160,7 +169,11 @@ def eval_budget(job: StageJob) -> int:
 
 
 def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
-    """Return ``{metric: score}`` for every target and guardrail of the stage, on ``checkpoint``."""
+    """Return ``{metric: score}`` for every target and guardrail of the stage, on ``checkpoint``.
+
+    A metric whose every episode aborted (an infrastructure failure) is left out, not scored 0: reports
+    show it as not measured, and ``logs/eval_details_<role>.json`` keeps its abort counts.
+    """
     cfg = job.stage.config
     job.stage.module("reward")  # registers the stage's rewards
     metrics = list(dict.fromkeys(cfg.eval.targets + cfg.eval.guardrails))
@@ -192,6 +205,11 @@ def evaluate_stage(job: StageJob, checkpoint: Path) -> dict[str, float]:
             drop_finished=cfg.eval.drop_finished_rows,
             eager_decode=cfg.eval.eager_decode,
         )
+        if not details[metric]["prompts"]:
+            del out[metric]
+            why = ", ".join(f"{k} {v}" for k, v in details[metric].get("aborted_by", {}).items())
+            where = job.heldout_dir / f"{metric}.jsonl"
+            _log.warning("%s: every episode aborted (%s); not scored", where, why)
     role = "output" if checkpoint.resolve() == job.export_dir.resolve() else "input"
     atomic_write_json(
         job.logs_dir / f"eval_details_{role}.json",

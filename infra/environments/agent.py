@@ -124,6 +124,18 @@ class AgentToolEnvironment(Environment):
     Options = AgentOptions
     multi_turn = True
 
+    def serves(self, row: PromptRow) -> bool:
+        """Also the same ``infra.agents`` environment: a terminal task is not played in the search world.
+
+        The spec's options (``kw_tiny:servers=16``) may differ; the stage's own then hold.
+        """
+        from infra.agents.envs.base import parse_env_spec
+
+        if not super().serves(row):
+            return False
+        spec = (row.metadata.get("environment_options") or {}).get("env")
+        return spec is None or parse_env_spec(str(spec))[0] == parse_env_spec(self.options.env)[0]
+
     def agent_env(self) -> Any:
         """Return a fresh agent environment (environments keep per-episode state)."""
         from infra.agents.envs.base import load_environment

@@ -125,6 +125,13 @@ class Environment(ABC):
         self.options = options if options is not None else self.Options()
         self.reward = reward
 
+    def serves(self, row: PromptRow) -> bool:
+        """True when ``row`` was written for this environment (``metadata.environment``, else single-turn).
+
+        An evaluation plays a row another environment wrote (a guardrail of an earlier stage) in that one.
+        """
+        return (row.metadata.get("environment") or SINGLE_TURN) == self.name
+
     # ---- scoring ---------------------------------------------------------------------------------
     def reward_name(self, row: PromptRow) -> str:
         """The reward of ``row``: its ``metadata.reward``, else the stage's reward."""
