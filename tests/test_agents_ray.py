@@ -47,7 +47,7 @@ def test_slime_generate_runs_episodes_in_the_stage_env_actors(local_ray) -> None
     """``rufus_env_actors: 2`` in the hook YAML: slime's generate hook sends episodes to named Ray actors."""
     import asyncio
 
-    from test_agents_slime import SlimeShapedSample, hook_args
+    from test_agents_slime import CALC_ROW, SlimeShapedSample, hook_args
 
     from infra.production import slime_hooks
 
@@ -55,7 +55,12 @@ def test_slime_generate_runs_episodes_in_the_stage_env_actors(local_ray) -> None
     with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
         args = hook_args(server.url, actors=2)
         samples = [
-            SlimeShapedSample(index=i, prompt=[{"role": "user", "content": f"Compute {a} + 3."}], label=a + 3)
+            SlimeShapedSample(
+                index=i,
+                prompt=[{"role": "user", "content": f"Compute {a} + 3."}],
+                label=a + 3,
+                metadata=dict(CALC_ROW),
+            )
             for i, a in enumerate((4, 5, 6))
         ]
 

@@ -92,6 +92,11 @@ def test_truncated_and_aborted_samples() -> None:
     )
 
 
+#: What ``infra.environments.agent.task_row`` writes into a calculator row's metadata (slime copies it to
+#: ``sample.metadata``): the row names its environment, which the generate hook plays it in.
+CALC_ROW = {"environment": "agent", "environment_options": {"env": "calculator"}}
+
+
 def hook_args(server_url: str, actors: int = 0) -> Any:
     """The ``args`` slime hands the hooks of a calculator agent stage: hook-YAML keys + router address."""
     from types import SimpleNamespace
@@ -123,7 +128,7 @@ def test_slime_generate_hook_runs_the_stage_environment() -> None:
     tok = micro_tokenizer()
     with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
         prompt = [{"role": "user", "content": "Compute 12 * 3. Answer as \\boxed{N}."}]
-        sample = SlimeShapedSample(prompt=prompt, label=36, metadata={"task_id": "a"})
+        sample = SlimeShapedSample(prompt=prompt, label=36, metadata={"task_id": "a", **CALC_ROW})
         params = {"max_new_tokens": 64, "temperature": 1.0}
         out = asyncio.run(slime_hooks.generate(hook_args(server.url), sample, params))
     assert out.reward == 1.0 and out.status is SlimeShapedSample.Status.COMPLETED
@@ -135,3 +140,49 @@ def test_slime_generate_hook_runs_the_stage_environment() -> None:
         assert "single-turn" in str(exc)
     else:
         raise AssertionError("a single-turn stage must not route slime's generate through the hook")
+
+
+def test_slime_generate_hook_plays_another_environments_row_in_that_environment() -> None:
+    """An AWM stage's evaluation holds a calculator row (a guardrail of another agent stage): the hook plays
+    it in the calculator environment, where it succeeds; in the AWM world its task does not exist."""
+    from agents_scripted import oracle_backend
+
+    from infra.production import slime_hooks
+
+    tok = micro_tokenizer()
+    with GenerateServer(oracle_backend(tok), tok, max_context_tokens=4096) as server:
+        args = hook_args(server.url)
+        args.rufus_environment = {"name": "agent", "options": {"env": "awm_tiny"}}
+        args.agent_env, args.rufus_reward = "awm_tiny", "awm_tiny"
+        prompt = [{"role": "user", "content": "Compute 12 * 3. Answer as \\boxed{N}."}]
+        sample = SlimeShapedSample(prompt=prompt, label=36, metadata={"task_id": "a", **CALC_ROW})
+        out = asyncio.run(slime_hooks.generate(args, sample, {"max_new_tokens": 64}))
+    assert out.status is SlimeShapedSample.Status.COMPLETED and out.reward == 1.0
+    assert not out.remove_sample and out.metadata["termination"] == "final_answer"
+
+
+def test_slime_generate_hook_hands_a_single_turn_row_to_slimes_own_generate(monkeypatch) -> None:
+    """A single-turn guardrail row (no ``environment`` in its metadata) in an agent stage's evaluation goes to
+    ``slime.rollout.sglang_rollout.generate``. slime needs CUDA and SGLang, so that module is a stand-in
+    that records the call (the boundary); the hook's choice is what is tested."""
+    import sys
+    import types
+
+    from infra.production import slime_hooks
+
+    calls: list[tuple] = []
+
+    async def slime_generate(args, sample, sampling_params):  # noqa: ANN001, ANN202
+        calls.append((args, sample, sampling_params))
+        sample.response = "slime's own"
+        return sample
+
+    module = types.ModuleType("slime.rollout.sglang_rollout")
+    module.generate = slime_generate
+    for name in ("slime", "slime.rollout"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", module)
+    args = hook_args("http://127.0.0.1:9")  # nothing listens: an agent episode could not run
+    row = SlimeShapedSample(prompt="Write two words.", label=None, metadata={"reward": "ifeval_strict"})
+    out = asyncio.run(slime_hooks.generate(args, row, {"max_new_tokens": 8}, evaluation=True))
+    assert out is row and out.response == "slime's own" and calls == [(args, row, {"max_new_tokens": 8})]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 from agents_scripted import micro_tokenizer, tid, tool_call
-from test_agents_slime import SlimeShapedSample, hook_args
+from test_agents_slime import CALC_ROW, SlimeShapedSample, hook_args
 
 from infra.agents.compression import SUMMARY_REQUEST, CompressionOptions
 from infra.agents.contract import AgentTask, RolloutResult, Termination
@@ -132,7 +132,7 @@ def test_slime_generate_fills_train_metadata_with_padding_on_environment_tokens(
         args = hook_args(server.url)
         args.rufus_score_centering_top_k = K
         prompt = [{"role": "user", "content": "Compute 12 * 3. Answer as \\boxed{N}."}]
-        sample = SlimeShapedSample(prompt=prompt, label=36, metadata={"task_id": "a"})
+        sample = SlimeShapedSample(prompt=prompt, label=36, metadata={"task_id": "a", **CALC_ROW})
         out = asyncio.run(slime_hooks.generate(args, sample, {"max_new_tokens": 64}))
     assert all(b["top_logprobs_num"] == K and b["return_logprob"] for b in server.bodies)
     assert out.reward == 1.0 and out.status is SlimeShapedSample.Status.COMPLETED

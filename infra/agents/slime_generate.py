@@ -221,16 +221,20 @@ def _episode_actors(args: Any, spec: str, base_url: str, sampling: dict[str, Any
     return _ACTORS[key]
 
 
-async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False) -> Any:
+async def generate(
+    args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False, spec: str | None = None
+) -> Any:
     """slime custom generate: run the episode of ``sample`` on the SGLang router and fill the sample.
 
-    With ``rufus_env_actors: N`` in the hook YAML the episode runs in one of N named Ray actors (tools and
-    verifiers off slime's rollout process), picked by the sample's index; otherwise it runs here.
+    The episode runs in the agent environment ``spec`` (default: the stage's ``agent_env``; an evaluation
+    row of another agent environment names its own). With ``rufus_env_actors: N`` in the hook YAML it runs
+    in one of N named Ray actors (tools and verifiers off slime's rollout process), picked by the sample's
+    index; otherwise it runs here.
     """
     from infra.agents.envs.base import load_environment
     from infra.agents.loop import ModelEndpoint, run_episode
 
-    spec = getattr(args, "agent_env", None)
+    spec = spec or getattr(args, "agent_env", None)
     if not spec:
         raise ValueError("slime args have no 'agent_env': set it in the --custom-config-path YAML")
     top_k = getattr(args, "rufus_score_centering_top_k", None) or None

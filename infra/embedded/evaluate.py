@@ -123,7 +123,7 @@ def row_environment(row: PromptRow, stage_env: Environment | None, reward: str) 
     (:meth:`~infra.environments.base.Environment.serves`): a search stage's terminal guardrail runs in the
     terminal environment, not in the search world, where every episode would abort.
     """
-    if stage_env is not None and stage_env.serves(row):
+    if stage_env is not None and stage_env.serves(row.metadata):
         return stage_env
     name = row.metadata.get("environment") or SINGLE_TURN
     return build_environment(name, row.metadata.get("environment_options") or {}, reward=reward)

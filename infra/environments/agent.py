@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -124,16 +124,16 @@ class AgentToolEnvironment(Environment):
     Options = AgentOptions
     multi_turn = True
 
-    def serves(self, row: PromptRow) -> bool:
+    def serves(self, metadata: Mapping[str, Any]) -> bool:
         """Also the same ``infra.agents`` environment: a terminal task is not played in the search world.
 
         The spec's options (``kw_tiny:servers=16``) may differ; the stage's own then hold.
         """
         from infra.agents.envs.base import parse_env_spec
 
-        if not super().serves(row):
+        if not super().serves(metadata):
             return False
-        spec = (row.metadata.get("environment_options") or {}).get("env")
+        spec = (metadata.get("environment_options") or {}).get("env")
         return spec is None or parse_env_spec(str(spec))[0] == parse_env_spec(self.options.env)[0]
 
     def agent_env(self) -> Any:
@@ -259,4 +259,4 @@ class AgentToolEnvironment(Environment):
         """Run the sample's episode on the SGLang router (or in a Ray environment actor)."""
         from infra.agents.slime_generate import generate
 
-        return await generate(args, sample, sampling_params, evaluation)
+        return await generate(args, sample, sampling_params, evaluation, spec=self.options.env)

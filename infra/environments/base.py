@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -125,12 +125,13 @@ class Environment(ABC):
         self.options = options if options is not None else self.Options()
         self.reward = reward
 
-    def serves(self, row: PromptRow) -> bool:
-        """True when ``row`` was written for this environment (``metadata.environment``, else single-turn).
+    def serves(self, metadata: Mapping[str, Any]) -> bool:
+        """True when a row with this ``metadata`` was written for this environment (its ``environment``
+        key; a row without one is single-turn).
 
         An evaluation plays a row another environment wrote (a guardrail of an earlier stage) in that one.
         """
-        return (row.metadata.get("environment") or SINGLE_TURN) == self.name
+        return (metadata.get("environment") or SINGLE_TURN) == self.name
 
     # ---- scoring ---------------------------------------------------------------------------------
     def reward_name(self, row: PromptRow) -> str:

@@ -236,14 +236,34 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     """slime ``--custom-generate-function-path`` hook: run the sample's episode in the stage's environment.
 
     The renderer wires it only for multi-turn environments (``rl.environment`` in the stage's
-    ``launch.yaml``); single-turn stages use slime's own generate.
+    ``launch.yaml``); single-turn stages use slime's own generate. slime sends every sample through it,
+    the evaluation's guardrail rows too: a row written by another environment (``metadata.environment``;
+    none means single-turn) is played in that one, a single-turn row by slime's own generate (its reward
+    then comes from ``--custom-rm-path``).
     """
     env = environment_from_args(args)
     if not env.multi_turn:
         raise ValueError(
             f"environment {env.name!r} is single-turn: slime's own generate serves it, not this hook"
         )
+    metadata = dict(getattr(sample, "metadata", None) or {})
+    if not env.serves(metadata):
+        env = row_environment_from_metadata(args, metadata)
+        if not env.multi_turn:
+            from slime.rollout.sglang_rollout import generate as slime_generate
+
+            return await slime_generate(args, sample, sampling_params)
     return await env.slime_generate(args, sample, sampling_params, evaluation=evaluation)
+
+
+def row_environment_from_metadata(args: Any, metadata: dict[str, Any]) -> Any:
+    """The environment a row's ``metadata`` names (``environment``, ``environment_options``), built once."""
+    from infra.environments import SINGLE_TURN
+
+    load_stage_files(args)
+    name = metadata.get("environment") or SINGLE_TURN
+    key = json.dumps([name, metadata.get("environment_options") or {}], sort_keys=True)
+    return _environment(key, getattr(args, "rufus_reward", None))
 
 
 def fireflash_loss(args: Any, batch: dict[str, Any], logits: Any, sum_of_sample_mean: Any) -> Any:
