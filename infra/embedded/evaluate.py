@@ -25,7 +25,15 @@ from infra.atomic import atomic_write_json
 from infra.backends import StageJob
 from infra.embedded.models import load_dtype, load_model, load_tokenizer, pick_device
 from infra.embedded.runtime import derive_seed, read_rows, setup_determinism
-from infra.environments import SINGLE_TURN, Environment, Group, Policy, Sampling, build_environment
+from infra.environments import (
+    SINGLE_TURN,
+    Environment,
+    Group,
+    Policy,
+    Sampling,
+    build_environment,
+    row_environment_spec,
+)
 
 _log = logging.getLogger(__name__)
 DEFAULT_EVAL_TOKENS = 256
@@ -125,8 +133,8 @@ def row_environment(row: PromptRow, stage_env: Environment | None, reward: str) 
     """
     if stage_env is not None and stage_env.serves(row.metadata):
         return stage_env
-    name = row.metadata.get("environment") or SINGLE_TURN
-    return build_environment(name, row.metadata.get("environment_options") or {}, reward=reward)
+    name, options = row_environment_spec(row.metadata)
+    return build_environment(name, options, reward=reward)
 
 
 def score_heldout(

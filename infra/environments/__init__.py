@@ -19,6 +19,7 @@ from infra.environments.base import (
     environment_options,
     register_environment,
     registered_environments,
+    row_environment_spec,
     stage_environment,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "environment_options",
     "register_environment",
     "registered_environments",
+    "row_environment_spec",
     "stage_environment",
 ]

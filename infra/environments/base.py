@@ -131,7 +131,7 @@ class Environment(ABC):
 
         An evaluation plays a row another environment wrote (a guardrail of an earlier stage) in that one.
         """
-        return (metadata.get("environment") or SINGLE_TURN) == self.name
+        return row_environment_spec(metadata)[0] == self.name
 
     # ---- scoring ---------------------------------------------------------------------------------
     def reward_name(self, row: PromptRow) -> str:
@@ -222,6 +222,11 @@ def build_environment(
     """Build the environment ``name`` with validated ``options``; ``reward`` is the stage's reward."""
     opts = environment_options(name, options or {})
     return environment_class(name)(opts, reward=reward)
+
+
+def row_environment_spec(metadata: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The environment a row's ``metadata`` names: ``environment`` (single-turn if absent) and its options."""
+    return metadata.get("environment") or SINGLE_TURN, dict(metadata.get("environment_options") or {})
 
 
 def stage_environment(config: Any) -> Environment:

@@ -218,9 +218,14 @@ def environment_from_args(args: Any) -> Any:
     """
     from infra.environments import SINGLE_TURN
 
-    load_stage_files(args)
     spec = dict(getattr(args, "rufus_environment", None) or {"name": SINGLE_TURN})
-    key = json.dumps([spec["name"], spec.get("options") or {}], sort_keys=True)
+    return _built_once(args, spec["name"], spec.get("options") or {})
+
+
+def _built_once(args: Any, name: str, options: dict[str, Any]) -> Any:
+    """The environment ``name`` with ``options`` and the stage's reward, built once per process."""
+    load_stage_files(args)
+    key = json.dumps([name, options], sort_keys=True)
     return _environment(key, getattr(args, "rufus_reward", None))
 
 
@@ -258,12 +263,9 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
 
 def row_environment_from_metadata(args: Any, metadata: dict[str, Any]) -> Any:
     """The environment a row's ``metadata`` names (``environment``, ``environment_options``), built once."""
-    from infra.environments import SINGLE_TURN
+    from infra.environments import row_environment_spec
 
-    load_stage_files(args)
-    name = metadata.get("environment") or SINGLE_TURN
-    key = json.dumps([name, metadata.get("environment_options") or {}], sort_keys=True)
-    return _environment(key, getattr(args, "rufus_reward", None))
+    return _built_once(args, *row_environment_spec(metadata))
 
 
 def fireflash_loss(args: Any, batch: dict[str, Any], logits: Any, sum_of_sample_mean: Any) -> Any:
