@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import signal
 import sys
 from enum import Enum
 from pathlib import Path
@@ -347,9 +348,22 @@ def __getattr__(name: str) -> typer.Typer:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _stop_on_sigterm(signum: int, _frame: object) -> None:
+    """Leave as Ctrl-C does: ``finally`` blocks and ``atexit`` handlers run (sandboxes stop, temp dirs go).
+
+    Python's default for SIGTERM (``kill``, a scheduler's pre-emption, a container stop) ends the process
+    at once, so the process-wide caches that close at exit (the Harbor runtimes' snapshots under /tmp, the
+    workspace and AWM servers) were left behind. A second SIGTERM ends the process at once.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    print(f"rufus: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
     limit_malloc_arenas()  # before any thread starts: see infra/malloc_arenas.py
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     _mount_subcommands(sys.argv[1:])
     try:
         _app()
