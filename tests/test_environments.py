@@ -96,6 +96,8 @@ def test_agent_episodes_are_masked_token_trajectories(policy):
             assert 0 in mask and 1 in mask  # the tool result sits between two sampled model turns
             assert all(lp == 0.0 for lp, m in zip(ep.logprobs, mask, strict=True) if m == 0)
             assert ep.metrics["turns"] == 2 and ep.metrics["tool_calls"] == 1 and not ep.truncated
+            # Table 19's columns from the transcript: one turn called a tool, once, by name
+            assert ep.metrics["tool_iters"] == 1 and ep.metrics["tool_calls_by_name"] == {"calculate": 1}
             assert ep.prompt_ids == group.prompt_ids
 
 

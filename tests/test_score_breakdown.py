@@ -62,3 +62,22 @@ def test_rl_step_reward_by_env_type() -> None:
         "reward_mean/memo": pytest.approx(0.5),
         "groups/memo": 2.0,
     }
+
+
+def test_heldout_details_pool_tool_usage_of_scored_agent_episodes() -> None:
+    group = _group(0, [1.0, 0.5, 0.0, None], None)
+    usage = [(3, {"web_search": 2, "web_scrape": 2}), (1, {"web_search": 1}), (5, {"python": 6})]
+    usage.append((9, {"x": 9}))  # the aborted episode
+    for ep, (iters, calls) in zip(group.samples, usage, strict=True):
+        ep.metrics = {"tool_iters": iters, "tool_calls_by_name": calls}
+    _, details = aggregate_groups([group])
+    # the aborted episode (9 iterations of "x") is left out; only the full reward counts as correct
+    assert details["tool_usage"] == {
+        "trajectories": 3,
+        "correct": 1,
+        "iters": pytest.approx(3.0),
+        "calls": {"python": pytest.approx(2.0), "web_scrape": pytest.approx(2 / 3), "web_search": 1.0},
+        "iters_correct": 3.0,
+        "iters_wrong": pytest.approx(3.0),
+    }
+    assert "tool_usage" not in aggregate_groups([_group(1, [1.0], None)])[1]  # single-turn: no block

@@ -18,7 +18,7 @@ left unscored by infrastructure failures is excluded and counted), per trajector
   partial credit is wrong), None when no trajectory has that verdict (never 0).
 
 A malformed record (no transcript, a bad entry, a ``correct`` that is not 0, 1 or null) is dropped and
-counted with the first reason. The counting is a few lines over our own transcript shape, so no library.
+counted with the first reason. Transcripts are counted by :func:`infra.agents.tool_usage.tool_call_counts`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from infra.agents.tool_usage import mean_or_none, tool_call_counts
+
 TOOLS = {"web_search": "search", "web_scrape": "scrape", "python": "python"}
 COUNTS = ("iters", "search", "scrape", "python", "other_tools")
 DEFINITION = (
@@ -40,16 +42,11 @@ DEFINITION = (
 
 def trajectory_counts(transcript: list[dict[str, Any]]) -> dict[str, int]:
     """Return one transcript's ``iters`` and tool calls by kind; ValueError on a malformed entry."""
+    iters, calls = tool_call_counts(transcript)
     counts = dict.fromkeys(COUNTS, 0)
-    for i, entry in enumerate(transcript):
-        if not isinstance(entry, dict) or "role" not in entry:
-            raise ValueError(f"transcript entry {i} has no role")
-        calls = (entry.get("tool_calls") or []) if entry["role"] == "assistant" else []
-        if not isinstance(calls, list) or not all(isinstance(c, dict) and "name" in c for c in calls):
-            raise ValueError(f"transcript entry {i}: tool_calls is not a list of named calls")
-        counts["iters"] += bool(calls)
-        for call in calls:
-            counts[TOOLS.get(call["name"], "other_tools")] += 1
+    counts["iters"] = iters
+    for name, n in calls.items():
+        counts[TOOLS.get(name, "other_tools")] += n
     return counts
 
 
@@ -63,10 +60,6 @@ def _verdict(record: Any) -> tuple[float | None, list[dict[str, Any]]]:
     if correct is not None and (isinstance(correct, bool) or correct not in (0, 1)):
         raise ValueError(f"correct={correct!r}: expected 0, 1 or null")
     return correct, transcript
-
-
-def _mean(values: list[int]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def tool_usage(
@@ -96,9 +89,9 @@ def tool_usage(
         "trajectories": len(per),
         "correct": len(right),
         "wrong": len(wrong),
-        "mean": {k: _mean([c[k] for _, c in per]) for k in COUNTS},
-        "iters_correct": _mean(right),
-        "iters_wrong": _mean(wrong),
+        "mean": {k: mean_or_none([c[k] for _, c in per]) for k in COUNTS},
+        "iters_correct": mean_or_none(right),
+        "iters_wrong": mean_or_none(wrong),
         "unscored_excluded": unscored,
         "dropped_records": dropped,
         "first_dropped": first_drop or None,

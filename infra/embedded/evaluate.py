@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from data_prep.schema import PromptRow
+from infra.agents.tool_usage import usage_block
 from infra.atomic import atomic_write_json
 from infra.backends import StageJob
 from infra.embedded.models import load_dtype, load_model, load_tokenizer, pick_device
@@ -86,9 +87,11 @@ def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
 
     Aborted episodes are counted (``aborted``, and by failure in ``aborted_by``) and left out; a prompt whose
     episodes all aborted is left out (``prompts`` counts the scored ones). ``details`` holds ``by_env_type``
-    ({type: {score, prompts, truncated}}) when rows carry ``metadata.env_type``.
+    ({type: {score, prompts, truncated}}) when rows carry ``metadata.env_type``, and ``tool_usage`` for agent
+    episodes: RA Table 19's means per scored trajectory (:func:`infra.agents.tool_usage.usage_block`), an
+    episode with the full reward counting as correct.
     """
-    per_prompt, aborted, truncated = [], 0, 0
+    per_prompt, aborted, truncated, usage = [], 0, 0, []
     aborted_by: Counter[str] = Counter()
     by_type: dict[str, list[float]] = defaultdict(list)
     cut_by_type: Counter[str] = Counter()
@@ -104,6 +107,9 @@ def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
                 aborted_by[episode.reward.failure or "unknown"] += 1
             else:
                 scores.append(episode.reward.score)
+                if "tool_iters" in episode.metrics:
+                    m = episode.metrics
+                    usage.append((episode.reward.score >= 1.0, m["tool_iters"], m["tool_calls_by_name"]))
         if scores:
             per_prompt.append(float(np.mean(scores)))
             if kind is not None:
@@ -120,6 +126,8 @@ def aggregate_groups(groups: list[Group]) -> tuple[float, dict[str, Any]]:
             k: {"score": float(np.mean(v)), "prompts": len(v), "truncated": cut_by_type[k]}
             for k, v in sorted(by_type.items())
         }
+    if usage:
+        details["tool_usage"] = usage_block(usage)
     return (float(np.mean(per_prompt)) if per_prompt else 0.0), details
 
 

@@ -80,6 +80,9 @@ def episode_of(result: RolloutResult) -> Episode:
         reward = RewardResult.model_validate(result.reward_details)
     m = result.metrics
     from infra.agents.loop import final_answer_text
+    from infra.agents.tool_usage import tool_call_counts
+
+    iters, calls = tool_call_counts(result.transcript)
 
     return Episode(
         token_ids=list(result.response_ids),
@@ -94,6 +97,8 @@ def episode_of(result: RolloutResult) -> Episode:
             "tool_calls": int(m.get("tool_calls", 0)),
             "invalid_tool_calls": int(m.get("malformed_tool_calls", 0)) + int(m.get("tool_errors", 0)),
             "termination": result.termination.value,
+            "tool_iters": iters,  # RA Table 19's columns, pooled by the held-out evaluation
+            "tool_calls_by_name": dict(calls),
         },
     )
 
