@@ -1,7 +1,9 @@
 """The seed-spread report: how far each stage moved its metrics across N runs of one recipe (N seeds).
 
 ``write_seed_report(run_dirs, out)`` reads each run with ``eval.stagewise.load_run`` and writes ``out``
-(markdown) and a PNG beside it. One row per stage (pipeline order) and per target or guardrail metric:
+(markdown) and a PNG beside it, and, for agent targets whose evaluations counted tools, RA Table 19's
+tool usage pooled over the seeds (:mod:`eval.seed_tool_usage`). One row per stage (pipeline order) and
+per target or guardrail metric:
 the mean and min–max over seeds of the input score (the checkpoint the stage started from), the output
 score and the change (output − input), as percentages. A run whose stage has no ``eval.json`` (or lacks
 the metric) is listed as missing and left out of that row's statistics; the row shows how many seeds it
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eval.registry import RAW_METRICS
+from eval.seed_tool_usage import tool_usage_markdown
 from eval.stagewise import RunData, load_run, scores
 
 #: One-sided significance level of the rise verdict.
@@ -277,5 +280,11 @@ def write_seed_report(run_dirs: list[Path], out: Path, runs: list[RunData] | Non
     out.parent.mkdir(parents=True, exist_ok=True)
     png = plot_changes(rows, out.with_suffix(".png"))
     text = f"# Seed spread: {runs[0].name}\n\n" + seed_markdown(rows, run_dirs, runs)
-    out.write_text(text + f"\n![per-seed change of the targets]({png.name})\n", encoding="utf-8")
+    text += f"\n![per-seed change of the targets]({png.name})\n"
+    targets: dict[str, list[str]] = {}
+    for row in rows:
+        if row.role == "target":
+            targets.setdefault(row.stage, []).append(row.metric)
+    usage = tool_usage_markdown(runs, targets)
+    out.write_text(text + ("\n" + usage if usage else ""), encoding="utf-8")
     return out

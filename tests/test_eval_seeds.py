@@ -243,3 +243,25 @@ def test_one_stage_refuses_a_run_without_it_or_with_another_config(tmp_path: Pat
     other = make_chain_run(tmp_path, "chain-s2", 2, 0.01, config_hash="cfg-else")
     with pytest.raises(ValueError, match="chain-s2: stage 06_x ran with another config"):
         load_runs([chain, alone, other], stage="06_x")
+
+
+def test_report_pools_the_tool_usage_of_agent_targets(tmp_path, runs):
+    """Table 19's columns: each seed's means weighted by its episodes (hand-computed below)."""
+    blocks = [  # seed 0: 10 episodes, 4 correct; seed 1: 30 episodes, 6 correct; seed 2 counted no tools
+        {"trajectories": 10, "correct": 4, "iters": 2.0, "calls": {"web_search": 1.0},
+         "iters_correct": 1.0, "iters_wrong": 8 / 3},
+        {"trajectories": 30, "correct": 6, "iters": 4.0, "calls": {"web_search": 2.0, "web_scrape": 2.0},
+         "iters_correct": 3.0, "iters_wrong": 4.25},
+    ]  # fmt: skip
+    for run, block in zip(runs, blocks, strict=False):
+        logs = run / "01_reasoning_rl" / "logs"
+        logs.mkdir()
+        details = {"puzzle_acc": {"prompts": 5.0, "tool_usage": block}, "math_acc": {"prompts": 5.0}}
+        (logs / "eval_details_output.json").write_text(json.dumps({"details": details}))
+    text = write_seed_report(runs, tmp_path / "seeds.md").read_text(encoding="utf-8")
+    usage = text.split("## Tool usage per trajectory (RA Table 19's columns)", 1)[1]
+    assert "01_reasoning_rl · `puzzle_acc`" in usage and "science_acc" not in usage and "input" not in usage
+    # iters (10*2 + 30*4)/40 = 3.5; search (10*1 + 30*2)/40 = 1.75; scrape (0 + 30*2)/40 = 1.5;
+    # correct (4*1 + 6*3)/10 = 2.2; wrong (6*8/3 + 24*4.25)/30 = 118/30
+    assert "| output | 2 of 3 | 40 | 3.50 | 1.50 | 1.75 | 2.20 / 3.93 |" in usage
+    assert "| checkpoint | seeds | trajectories | iters | web_scrape | web_search |" in usage
