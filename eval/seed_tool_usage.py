@@ -20,11 +20,15 @@ ROLES = ("input", "output")
 
 def _block(run: RunData, stage: str, metric: str, role: str) -> dict[str, Any] | None:
     path = run.run_dir / stage / "logs" / f"eval_details_{role}.json"
-    try:
-        details = json.loads(path.read_text(encoding="utf-8"))["details"][metric]
-    except (OSError, ValueError, KeyError, TypeError):
+    if not path.is_file():  # an evaluation from before the details were written
         return None
-    block = details.get("tool_usage") if isinstance(details, dict) else None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    details = data.get("details") if isinstance(data, dict) else None
+    entry = details.get(metric) if isinstance(details, dict) else None
+    block = entry.get("tool_usage") if isinstance(entry, dict) else None
     return block if isinstance(block, dict) and block.get("trajectories") else None
 
 

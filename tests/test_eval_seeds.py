@@ -265,3 +265,12 @@ def test_report_pools_the_tool_usage_of_agent_targets(tmp_path, runs):
     # correct (4*1 + 6*3)/10 = 2.2; wrong (6*8/3 + 24*4.25)/30 = 118/30
     assert "| output | 2 of 3 | 40 | 3.50 | 1.50 | 1.75 | 2.20 / 3.93 |" in usage
     assert "| checkpoint | seeds | trajectories | iters | web_scrape | web_search |" in usage
+
+
+def test_unreadable_eval_details_is_named(tmp_path, runs):
+    logs = runs[1] / "01_reasoning_rl" / "logs"
+    logs.mkdir()
+    (logs / "eval_details_input.json").write_text('{"details": ')
+    result = CliRunner().invoke(app, ["seeds", *map(str, runs), "--out", str(tmp_path / "seeds.md")])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "eval_details_input.json: invalid JSON" in result.output
