@@ -10,10 +10,9 @@ input and output); the seeds column says how many runs had the block.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from eval.stagewise import RunData
+from eval.stagewise import RunData, _read_json
 
 ROLES = ("input", "output")
 
@@ -22,10 +21,7 @@ def _block(run: RunData, stage: str, metric: str, role: str) -> dict[str, Any] |
     path = run.run_dir / stage / "logs" / f"eval_details_{role}.json"
     if not path.is_file():  # an evaluation from before the details were written
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = _read_json(path)  # ValueError naming the file when it is not JSON
     details = data.get("details") if isinstance(data, dict) else None
     entry = details.get(metric) if isinstance(details, dict) else None
     block = entry.get("tool_usage") if isinstance(entry, dict) else None
