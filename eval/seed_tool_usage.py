@@ -12,19 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.stagewise import RunData, _read_json
+from eval.stagewise import RunData, eval_details
 
 ROLES = ("input", "output")
 
 
 def _block(run: RunData, stage: str, metric: str, role: str) -> dict[str, Any] | None:
-    path = run.run_dir / stage / "logs" / f"eval_details_{role}.json"
-    if not path.is_file():  # an evaluation from before the details were written
-        return None
-    data = _read_json(path)  # ValueError naming the file when it is not JSON
-    details = data.get("details") if isinstance(data, dict) else None
-    entry = details.get(metric) if isinstance(details, dict) else None
-    block = entry.get("tool_usage") if isinstance(entry, dict) else None
+    entry = eval_details(run.run_dir, stage, metric, role)
+    block = entry.get("tool_usage") if entry else None
     return block if isinstance(block, dict) and block.get("trajectories") else None
 
 

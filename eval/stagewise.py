@@ -71,6 +71,21 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
 
 
+def eval_details(run_dir: Path, stage: str, metric: str, role: str) -> dict[str, Any] | None:
+    """Return ``metric``'s entry of ``<run_dir>/<stage>/logs/eval_details_<role>.json`` (None without one).
+
+    The embedded held-out evaluation writes that file per checkpoint (role ``input`` or ``output``); an
+    evaluation from before it was written has none. ValueError names a file that is not JSON.
+    """
+    path = run_dir / stage / "logs" / f"eval_details_{role}.json"
+    if not path.is_file():
+        return None
+    data = _read_json(path)
+    details = data.get("details") if isinstance(data, dict) else None
+    entry = details.get(metric) if isinstance(details, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
 def scores(evaluation: dict[str, Any], side: str, path: Path) -> dict[str, float]:
     raw = evaluation.get(side, {})
     if not isinstance(raw, dict):

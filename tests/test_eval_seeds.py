@@ -274,3 +274,30 @@ def test_unreadable_eval_details_is_named(tmp_path, runs):
     result = CliRunner().invoke(app, ["seeds", *map(str, runs), "--out", str(tmp_path / "seeds.md")])
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "eval_details_input.json: invalid JSON" in result.output
+
+
+def test_report_splits_a_target_by_environment_type(tmp_path, runs):
+    """Per type: mean and min–max over the seeds that split both checkpoints (hand-computed below)."""
+    split = {  # seed: (input split, output split); seed 2 split only its input
+        0: ({"a": (0.5, 2), "b": (0.2, 0)}, {"a": (0.7, 1), "b": (0.1, 0)}),
+        1: ({"a": (0.4, 3), "b": (0.3, 1)}, {"a": (0.5, 0), "b": (0.3, 0)}),
+        2: ({"a": (0.6, 0)}, None),
+    }
+    for seed, run in enumerate(runs):
+        logs = run / "01_reasoning_rl" / "logs"
+        logs.mkdir()
+        for role, side in zip(("input", "output"), split[seed], strict=True):
+            if side is None:
+                continue
+            by_type = {k: {"score": s, "prompts": 4, "truncated": t} for k, (s, t) in side.items()}
+            details = {"puzzle_acc": {"prompts": 8.0, "by_env_type": by_type}, "math_acc": {"prompts": 8.0}}
+            (logs / f"eval_details_{role}.json").write_text(json.dumps({"details": details}))
+    text = write_seed_report(runs, tmp_path / "seeds.md").read_text(encoding="utf-8")
+    part = text.split("## By environment type", 1)[1]
+    assert "01_reasoning_rl · `puzzle_acc` by environment type" in part and "science_acc" not in part
+    # a: changes +20, +10 -> mean 15; t = 15 / (7.07 / sqrt 2) = 3 with 1 df: p = 0.5 - atan(3) / pi = 0.102
+    a_stats = "45.0 (40.0 – 50.0) | 60.0 (50.0 – 70.0) | +15.0 (+10.0 – +20.0)"
+    assert f"| `a` | 2 of 3 | 4 | {a_stats} | 0.102 | 5 → 1 |" in part
+    assert "| `b` | 2 of 3 | 4 | 25.0 (20.0 – 30.0) | 20.0 (10.0 – 30.0) | -5.0 (-10.0 – +0.0) |" in part
+    assert "| tiny-s0 | 0 | 30.0 → 40.0 | 50.0 → 70.0 | 20.0 → 10.0 |" in part
+    assert "| tiny-s2 | 2 | 30.0 → 41.0 | 60.0 → – | – → – |" in part
