@@ -7,10 +7,13 @@ tool call (``--short`` tokens, a spread of ±50%); every ``--long-every``-th row
 (``--long`` tokens: a deliverable, a script). Budgets end the rows (no stop token), so both sides decode
 exactly the same tokens per row. The padded side feeds finished rows padding until the longest row ends;
 the dropped side takes them out of the batch (``drop_finished`` of
-:func:`~infra.embedded.generation.generate_rows`, ``rl.rollout.drop_finished_rows``); the third side also
-decodes in eager attention (``eager_decode``, ``rl.rollout.eager_decode``). Each side runs once to warm
-up, then ``--reps`` times; the best time is kept. Printed: seconds and decoded tokens/s per side, the
-ratios to the padded side, and how far each side's log-probs of the same tokens are from the padded side's
+:func:`~infra.embedded.generation.generate_rows`, ``rl.rollout.drop_finished_rows``); ``dropped+eager`` also
+decodes in eager attention (``eager_decode``, ``rl.rollout.eager_decode``), which reads a grouped-query
+model's cached keys and values in place (``infra/embedded/decode_attention.py``), and ``dropped+hf-eager``
+in transformers' own eager attention, which copies them per query head (what ``eager_decode`` ran until
+2026-12-08). Each side runs once to warm up, then ``--reps`` times; the best time is kept. Printed: seconds
+and decoded tokens/s per side, the ratios to the padded side, and how far each side's log-probs of the same
+tokens are from the padded side's
 (other batch shapes or attention arithmetic, other float rounding).
 
 Run: ``python benchmarks/bench_agent_decode.py [--model smollm2-135m|micro] [--dtype bfloat16]
@@ -68,7 +71,7 @@ def main() -> None:
         row = generation.RowRequest(ids=t, max_new_tokens=1, seed=0)
         generation.generate_rows(model, tok, [row], temperature=1.0, prefix_cache=primed)
 
-    def timed(drop: bool, eager: bool) -> tuple[float, list]:
+    def timed(drop: bool, eager: bool, attention: str | None = None) -> tuple[float, list]:
         def call() -> list:
             cache = copy.deepcopy(primed)  # a call stores its rows' longer sequences in place of these
             t0 = time.perf_counter()
@@ -77,13 +80,19 @@ def main() -> None:
             )
             return [time.perf_counter() - t0, out]
 
-        call()
-        runs = [call() for _ in range(args.reps)]
+        ours = generation.DECODE_ATTENTION
+        generation.DECODE_ATTENTION = attention or ours  # what eager_decode decodes in
+        try:
+            call()
+            runs = [call() for _ in range(args.reps)]
+        finally:
+            generation.DECODE_ATTENTION = ours
         return min(r[0] for r in runs), runs[0][1]
 
     sides = {
         "padded": timed(False, False),
         "dropped": timed(True, False),
+        "dropped+hf-eager": timed(True, True, attention="eager"),  # transformers' eager: repeat_kv
         "dropped+eager": timed(True, True),
     }
     tokens = sum(budgets)
@@ -102,7 +111,7 @@ def main() -> None:
             for x, y in zip(a.logprobs, b.logprobs, strict=True)
         ]
         print(
-            f"{name:>14}: {seconds:6.2f} s, {tokens / seconds:6.1f} decoded tokens/s, "
+            f"{name:>16}: {seconds:6.2f} s, {tokens / seconds:6.1f} decoded tokens/s, "
             f"{base_s / seconds:.2f}x; "
             f"rows sampled as padded: {same} of {len(rows)}, log-prob gap max {max(gaps, default=0.0):.2e}"
         )

@@ -86,8 +86,9 @@ class RolloutConfig(OmitLaterDefaults, StrictModel):
     )
     eager_decode: bool = Field(
         default=False,
-        description="Embedded, multi-turn: agent sampling's one-token decoding forwards use transformers' "
-        "eager attention instead of SDPA, whose CPU flash kernel is slow at one query token (1.9x a 16-row "
+        description="Embedded, multi-turn: agent sampling's one-token decoding forwards use eager attention "
+        "(infra/embedded/decode_attention.py: a grouped-query model's cached keys are read in place, not "
+        "copied per head) instead of SDPA, whose CPU flash kernel is slow at one query token (1.9x a 16-row "
         "SmolLM2 decode step at 1.2K tokens of context; 3.8x a skewed round with drop_finished_rows; "
         "benchmarks/bench_agent_decode.py). Other rounding: off by default, earlier measured "
         "runs reproduce bit for bit. Production: SGLang's own decode kernels.",

@@ -21,6 +21,7 @@ from embedded_jobs import micro_base, toy_job  # noqa: E402
 from infra.embedded import evaluate as eval_mod  # noqa: E402
 from infra.embedded import generation  # noqa: E402
 from infra.embedded import rl as rl_mod  # noqa: E402
+from infra.embedded.decode_attention import NAME as DECODE_ATTENTION  # noqa: E402
 from infra.embedded.generation import RowRequest, generate_rows  # noqa: E402
 from infra.embedded.models import build_micro, load_model, load_tokenizer  # noqa: E402
 from infra.embedded.prefix_cache import PrefixKVCache  # noqa: E402
@@ -136,7 +137,7 @@ def test_eager_decode_decodes_in_eager_attention_and_gives_the_model_back(micro,
     calls.clear()
     eager = generate_rows(model, tok, rows, temperature=1.0, top_k=3, eager_decode=True)
     assert [impl for _, tokens, impl in calls if tokens > 1] == ["sdpa"]  # the prefill keeps the model's
-    assert {impl for _, tokens, impl in calls if tokens == 1} == {"eager"} and len(calls) == 12
+    assert {impl for _, tokens, impl in calls if tokens == 1} == {DECODE_ATTENTION} and len(calls) == 12
     assert model.config._attn_implementation == "sdpa"  # restored
     for a, b in zip(plain, eager, strict=True):
         assert a.token_ids == b.token_ids and a.top_ids == b.top_ids
@@ -145,7 +146,7 @@ def test_eager_decode_decodes_in_eager_attention_and_gives_the_model_back(micro,
     cached = generate_rows(model, tok, rows, temperature=1.0, prefix_cache=cache, eager_decode=True)
     assert [g.token_ids for g in cached] == [g.token_ids for g in eager]
     # one prefill per row past its cached prefix (here one token each), then the batch decodes
-    assert [impl for *_, impl in calls] == ["sdpa"] * 3 + ["eager"] * 11
+    assert [impl for *_, impl in calls] == ["sdpa"] * 3 + [DECODE_ATTENTION] * 11
     assert model.config._attn_implementation == "sdpa"
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 from transformers import PreTrainedTokenizerBase as Tok
 
+from infra.embedded.decode_attention import NAME as DECODE_ATTENTION
 from infra.embedded.kv_cache import GrowingCache
 from infra.embedded.prefix_cache import LayerKV, PrefixKVCache
 
@@ -241,10 +242,11 @@ def generate_rows(
     (2.2x a skewed 16-row SmolLM2 round at 1.2K tokens of context, bf16). The smaller batches run other kernel
     shapes, so log-probs can move at float rounding (seen: ~1e-6 float32, ~1e-2 bf16) and a sample change.
 
-    ``eager_decode`` runs the one-token decoding forwards with transformers' ``eager`` attention (a matmul
-    over the cached keys) instead of the model's own (SDPA, whose CPU flash kernel spends most of a decode
-    step at one query token: 390 ms of a 16-row SmolLM2 step at 1.2K tokens of context, eager 205 ms); the
-    prefill keeps the model's. Other arithmetic, other rounding: a sample can change.
+    ``eager_decode`` runs the one-token decoding forwards with eager attention (a matmul over the cached
+    keys; :mod:`infra.embedded.decode_attention`, which reads a grouped-query model's keys and values without
+    copying them per head) instead of the model's own (SDPA, whose CPU flash kernel spends most of a decode
+    step at one query token: 390 ms of a 16-row SmolLM2 step at 1.2K tokens of context, transformers' eager
+    205 ms); the prefill keeps the model's. Other arithmetic, other rounding: a sample can change.
     """
     if not rows or any(len(r.ids) == 0 or r.max_new_tokens < 1 for r in rows):
         raise ValueError("generate_rows: every row needs at least one token and max_new_tokens >= 1")
@@ -273,7 +275,7 @@ def generate_rows(
             past, logits = _prefill_with_cache(model, rows, width, prefix_cache)
         cache_kw, last_pos = _cache_kw(model), positions[:, -1]
         if eager_decode:
-            model.config._attn_implementation = "eager"  # the decoding forwards below; restored after
+            model.config._attn_implementation = DECODE_ATTENTION  # the decoding forwards; restored after
         results = [Generation() for _ in rows]
         live = list(range(len(rows)))  # the rows still in the batch, in batch order
         kept: dict[int, LayerKV] = {}  # a dropped row's keys/values, taken as it leaves the batch
